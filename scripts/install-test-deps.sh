@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs what msfs's integration tests need on a fresh Debian machine, as root:
+#   - fuse3, libfuse3-dev, pkg-config: FUSE mounts (fusermount3, headers for fuser)
+#   - protobuf-compiler: protoc for the CSI gRPC code generation
+#   - util-linux: mount / umount, used by the test fixtures
+#   - garage 2.5.0: the S3 server the tests start (cargo install, ~12 min cold)
+# Idempotent: each step runs only when its result is missing. Prints what it does.
+set -euo pipefail
+
+GARAGE_VERSION="2.5.0"
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config protobuf-compiler util-linux)
+
+log() { echo "install-test-deps: $*"; }
+
+# --- Debian packages -------------------------------------------------------
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+if ((${#missing[@]} > 0)); then
+    if [[ "$(id -u)" != 0 ]]; then
+        log "missing packages ${missing[*]}, and installing them needs root" >&2
+        exit 1
+    fi
+    log "missing: ${missing[*]}; running apt-get update and install"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y "${APT_PACKAGES[@]}"
+else
+    log "Debian packages already installed: ${APT_PACKAGES[*]}"
+fi
+
+# --- FUSE kernel module (best effort: containers may have it built in or forbid modprobe)
+if [[ -e /dev/fuse ]]; then
+    log "/dev/fuse present"
+elif command -v modprobe >/dev/null 2>&1; then
+    log "modprobe fuse"
+    modprobe fuse || log "warning: modprobe fuse failed; FUSE mounts may not work"
+else
+    log "warning: no /dev/fuse and no modprobe; FUSE mounts may not work"
+fi
+
+# --- garage ------------------------------------------------------------------
+cargo_bin_dir="${CARGO_HOME:-$HOME/.cargo}/bin"
+
+# Prints the first garage binary that reports the wanted version.
+find_garage() {
+    local candidate
+    for candidate in "$(command -v garage 2>/dev/null || true)" \
+        "$cargo_bin_dir/garage" "$HOME/.cargo/bin/garage"; do
+        [[ -n "$candidate" && -x "$candidate" ]] || continue
+        if "$candidate" --version 2>/dev/null | grep -Eq "(^|[^0-9.])v?${GARAGE_VERSION//./\\.}([^0-9.]|$)"; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if garage_bin="$(find_garage)"; then
+    log "garage ${GARAGE_VERSION} already installed: $garage_bin"
+else
+    cargo_cmd="$(command -v cargo 2>/dev/null || true)"
+    if [[ -z "$cargo_cmd" && -x "$cargo_bin_dir/cargo" ]]; then
+        cargo_cmd="$cargo_bin_dir/cargo"
+    fi
+    if [[ -z "$cargo_cmd" ]]; then
+        log "cargo not found: install the Rust toolchain first" >&2
+        exit 1
+    fi
+    log "cargo install garage@${GARAGE_VERSION} --locked (a release build; takes several minutes)"
+    "$cargo_cmd" install "garage@${GARAGE_VERSION}" --locked
+    garage_bin="$(find_garage)" || {
+        log "garage ${GARAGE_VERSION} still not found after cargo install" >&2
+        exit 1
+    }
+    log "installed $garage_bin"
+fi
+log "done"

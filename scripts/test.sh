@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every check and test: formatting, clippy, unit tests and the integration tests (which start
+# a real garage S3 server on 127.0.0.1 and mount msfs through real FUSE; run as root).
+# Install the prerequisites once with scripts/install-test-deps.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --locked --no-fail-fast
+else
+    cargo test --locked --no-fail-fast
+fi

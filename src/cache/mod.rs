@@ -1,0 +1,55 @@
+//! The read seam between the filesystem and object data.
+//!
+//! `fs` never fetches object bytes itself: it asks an [`ObjectReader`] for a byte range of one
+//! exact object version (key + ETag). Today the only reader is [`DirectReader`], one ranged GET
+//! per request; the node-wide line cache plugs in here as another `ObjectReader`, shared by every
+//! mount through `Engines`, without `fs` changing.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::store::{ObjectStore, StoreError};
+
+/// One immutable version of an object: what a reader may cache bytes under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVersion {
+    pub key: String,
+    pub etag: String,
+    pub size: u64,
+}
+
+#[async_trait]
+pub trait ObjectReader: Send + Sync {
+    /// Bytes `range` of `object` (clamped to its size). Never returns bytes of another version:
+    /// if the object changed, fails with [`StoreError::Changed`].
+    async fn read(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError>;
+}
+
+/// Reads straight from the store: one ranged GET per request, nothing kept.
+#[derive(Debug, Default)]
+pub struct DirectReader;
+
+#[async_trait]
+impl ObjectReader for DirectReader {
+    async fn read(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        let end = range.end.min(object.size);
+        if range.start >= end {
+            return Ok(Bytes::new());
+        }
+        let etag = (!object.etag.is_empty()).then_some(object.etag.as_str());
+        store.get_range(&object.key, range.start..end, etag).await
+    }
+}

@@ -1,0 +1,84 @@
+//! Every built-in default in one place, as the Go implementation spells them, so
+//! existing config files mean the same thing here. String defaults are env-expanded.
+
+pub(super) const MOUNTNAME: &str = "msfs";
+pub(super) const MOUNTPOINT: &str = "/mnt";
+pub(super) const FUSE_WORKERS: usize = 0;
+pub(super) const ROOT_DIR_PERM: u16 = 0o555;
+pub(super) const ALLOW_OTHER: bool = true;
+pub(super) const MAX_WRITE: u32 = 131_072;
+pub(super) const ENTRY_ATTR_TTL_MS: u64 = 10_000;
+pub(super) const EVICTABLE_INODE_TTL_MS: u64 = 1_000_000;
+pub(super) const VIRTUAL_DIR_TTL_MS: u64 = 1_000_000;
+pub(super) const VIRTUAL_FILE_TTL_MS: u64 = 1_000_000;
+pub(super) const TTL_CHECK_INTERVAL_MS: u64 = 250;
+pub(super) const CACHE_LINE_SIZE: u64 = 10_485_760;
+pub(super) const CACHE_LINES: u64 = 128;
+pub(super) const CACHE_LINES_TO_PREFETCH: u64 = 4;
+pub(super) const WRITE_CACHE_PROMOTION: bool = false;
+pub(super) const MULTIPART_UPLOAD_THRESHOLD_BYTES: u64 = 67_108_864;
+pub(super) const WRITE_COMMIT_WORKERS: usize = 8;
+pub(super) const PROCESS_MEMORY_LIMIT: u64 = 4_294_967_296;
+pub(super) const AUTO_SIGHUP_INTERVAL_SECS: u64 = 0;
+
+pub(super) const READONLY: bool = true;
+pub(super) const FLUSH_ON_CLOSE: bool = false;
+pub(super) const DIR_PERM_READONLY: u16 = 0o555;
+pub(super) const DIR_PERM_WRITABLE: u16 = 0o777;
+pub(super) const FILE_PERM_READONLY: u16 = 0o444;
+pub(super) const FILE_PERM_WRITABLE: u16 = 0o666;
+pub(super) const DIRECTORY_PAGE_SIZE: u32 = 0;
+pub(super) const TRACE_LEVEL: u8 = 0;
+pub(super) const MANIFEST_GEN_WORKERS: usize = 200;
+pub(super) const FLAT_DIR_CONFIRMATION_PAGES: u32 = 5;
+pub(super) const FLAT_DIR_KEY_PREFIX_CHARS: &str = "0123456789abcdefghijklmnopqrstuvwxyz";
+pub(super) const FLAT_DIR_SPLIT_DEPTH: u32 = 1;
+
+pub(super) const S3_ENDPOINT: &str = "${AWS_ENDPOINT}";
+pub(super) const S3_REGION: &str = "${AWS_REGION:-us-east-1}";
+/// Signing region when a config-file profile was meant to supply one and the file key is empty.
+pub(super) const FALLBACK_REGION: &str = "us-east-1";
+pub(super) const S3_ACCESS_KEY_ID: &str = "${AWS_ACCESS_KEY_ID}";
+pub(super) const S3_SECRET_ACCESS_KEY: &str = "${AWS_SECRET_ACCESS_KEY}";
+pub(super) const S3_SESSION_TOKEN: &str = "${AWS_SESSION_TOKEN}";
+pub(super) const S3_CONFIG_FILE: &str = "${AWS_CONFIG_FILE:-${HOME}/.aws/config}";
+pub(super) const S3_CREDENTIALS_FILE: &str =
+    "${AWS_SHARED_CREDENTIALS_FILE:-${HOME}/.aws/credentials}";
+pub(super) const S3_PROFILE: &str = "${AWS_PROFILE:-default}";
+pub(super) const RETRY_BASE_DELAY_MS: u64 = 10;
+pub(super) const RETRY_NEXT_DELAY_MULTIPLIER: f64 = 2.0;
+pub(super) const RETRY_MAX_DELAY_MS: u64 = 2000;
+
+pub(super) const AIS_ENDPOINT: &str = "${AIS_ENDPOINT}";
+pub(super) const AIS_AUTHN_TOKEN: &str = "${AIS_AUTHN_TOKEN}";
+pub(super) const AIS_AUTHN_TOKEN_FILE: &str =
+    "${AIS_AUTHN_TOKEN_FILE:-${HOME}/.config/ais/cli/auth.token}";
+pub(super) const AIS_PROVIDER: &str = "s3";
+pub(super) const AIS_TIMEOUT_MS: u64 = 30_000;
+/// AIStore ignores the signing region, but SigV4 needs one.
+pub(super) const AIS_REGION: &str = "us-east-1";
+
+/// GCS's S3-interoperable (XML API) endpoint; the Go version left this empty.
+pub(super) const GCS_ENDPOINT: &str = "https://storage.googleapis.com";
+/// The region GCS expects in SigV4 signatures.
+pub(super) const GCS_REGION: &str = "auto";
+
+pub(super) const RAM_MAX_LIST_PAGE_SIZE: u64 = 1000;
+pub(super) const RAM_MAX_TOTAL_OBJECTS: u64 = 10_000;
+pub(super) const RAM_MAX_TOTAL_OBJECT_SPACE: u64 = 1 << 30;
+
+pub(super) const PSEUDO_DIR_NAME_FORMAT: &str = "dir_%08X";
+pub(super) const PSEUDO_FILE_NAME_FORMAT: &str = "file_%08X";
+pub(super) const PSEUDO_MAX_LIST_PAGE_SIZE: u64 = 1000;
+
+pub(super) const OTEL_COLLECT_INTERVAL_MS: u64 = 1000;
+pub(super) const OTEL_COLLECT_TIMEOUT_MS: u64 = 10_000;
+pub(super) const OTEL_EXPORT_INTERVAL_MS: u64 = 60_000;
+pub(super) const OTEL_EXPORT_TIMEOUT_MS: u64 = 30_000;
+
+/// Limits that are not user defaults but sanity bounds.
+pub(super) const MIN_CACHE_LINES: u64 = 16;
+/// S3 refuses a single PUT larger than 5 GiB, so anything bigger must go multipart.
+pub(super) const MAX_SINGLE_PUT_BYTES: u64 = 5 << 30;
+/// A flat-directory hint fans out into `chars^depth` listers; beyond this it is a typo.
+pub(super) const MAX_FLAT_DIR_FANOUT: u64 = 65_536;

@@ -1,0 +1,199 @@
+//! The `PSEUDO:` sub-section (a generated tree for benchmarks) and the printf-style
+//! name formats it uses, which only this module knows how to check and expand.
+
+use super::defaults as d;
+use super::error::ConfigError;
+use super::reader::Section;
+use super::types::{PseudoConfig, PseudoLatencies};
+
+pub(super) fn parse_pseudo(
+    mut s: Section<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<PseudoConfig, ConfigError> {
+    let dir_name_format = s.str_or("dir_name_format", d::PSEUDO_DIR_NAME_FORMAT)?;
+    check_format(&s, "dir_name_format", &dir_name_format)?;
+    let file_name_format = s.str_or("file_name_format", d::PSEUDO_FILE_NAME_FORMAT)?;
+    check_format(&s, "file_name_format", &file_name_format)?;
+    // Listings interleave nothing: every generated directory must sort before every file.
+    if format_name(&dir_name_format, 0) >= format_name(&file_name_format, 0) {
+        return Err(s.invalid(
+            "file_name_format",
+            "generated directory names must sort before generated file names",
+        ));
+    }
+    let mut files_at_depth = [0u32; 4];
+    for (depth, slot) in files_at_depth.iter_mut().enumerate() {
+        *slot = s.int_or(&format!("files_at_depth_{depth}"), 0u32)?;
+    }
+    let mut subdirectories_at_depth = [0u32; 3];
+    for (depth, slot) in subdirectories_at_depth.iter_mut().enumerate() {
+        *slot = s.int_or(&format!("subdirectories_at_depth_{depth}"), 0u32)?;
+    }
+    check_shape(&s, &files_at_depth, &subdirectories_at_depth)?;
+    let max_list_page_size = s.int_or("max_list_page_size", d::PSEUDO_MAX_LIST_PAGE_SIZE)?;
+    if max_list_page_size == 0 {
+        return Err(s.invalid("max_list_page_size", "must be greater than 0"));
+    }
+    let config = PseudoConfig {
+        dir_name_format,
+        file_name_format,
+        dir_starting_number: s.int_or("dir_starting_number", 0u64)?,
+        file_starting_number: s.int_or("file_starting_number", 0u64)?,
+        file_size: s.int_or("file_size", 0u64)?,
+        files_at_depth,
+        subdirectories_at_depth,
+        max_list_page_size,
+        min_latency: PseudoLatencies {
+            delete_file: s.ms_or("min_latency_delete_file", 0)?,
+            list_directory: s.ms_or("min_latency_list_directory", 0)?,
+            list_objects: s.ms_or("min_latency_list_objects", 0)?,
+            read_file: s.ms_or("min_latency_read_file", 0)?,
+            stat_directory: s.ms_or("min_latency_stat_directory", 0)?,
+            stat_file: s.ms_or("min_latency_stat_file", 0)?,
+        },
+    };
+    s.finish(warnings);
+    Ok(config)
+}
+
+impl PseudoConfig {
+    /// Name of the sub-directory numbered `n` (counting from `dir_starting_number`).
+    pub fn dir_name(&self, n: u64) -> String {
+        format_name(
+            &self.dir_name_format,
+            self.dir_starting_number.saturating_add(n),
+        )
+    }
+
+    /// Name of the file numbered `n` (counting from `file_starting_number`).
+    pub fn file_name(&self, n: u64) -> String {
+        format_name(
+            &self.file_name_format,
+            self.file_starting_number.saturating_add(n),
+        )
+    }
+}
+
+/// Files or sub-directories below a level that has no sub-directories could never
+/// be reached; the Go implementation rejects those shapes and so do we.
+fn check_shape(s: &Section<'_>, files: &[u32; 4], subdirs: &[u32; 3]) -> Result<(), ConfigError> {
+    for depth in 0..3 {
+        let below_files = files[depth + 1..].iter().any(|&n| n > 0);
+        let below_dirs = subdirs[depth + 1..].iter().any(|&n| n > 0);
+        if subdirs[depth] == 0 {
+            if below_files || below_dirs {
+                return Err(s.invalid(
+                    &format!("subdirectories_at_depth_{depth}"),
+                    "is 0, so deeper files_at_depth_* and subdirectories_at_depth_* must be 0 too",
+                ));
+            }
+            return Ok(());
+        }
+        let next_dirs = subdirs.get(depth + 1).copied().unwrap_or(0);
+        if files[depth + 1] == 0 && next_dirs == 0 {
+            return Err(s.invalid(
+                &format!("subdirectories_at_depth_{depth}"),
+                format!(
+                    "is not 0, so depth {} needs files or sub-directories",
+                    depth + 1
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A conversion: `%` `[0]` `[width]` one of `d u x X o`.
+struct Spec {
+    zero: bool,
+    width: usize,
+    conv: u8,
+}
+
+/// Splits a format into (literal before, spec, rest) at its first conversion; `%%`
+/// is a literal percent sign.
+fn next_spec(fmt: &str) -> Result<Option<(String, Spec, &str)>, String> {
+    let bytes = fmt.as_bytes();
+    let mut literal = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            let ch_len = fmt[i..].chars().next().map_or(1, char::len_utf8);
+            literal.push_str(&fmt[i..i + ch_len]);
+            i += ch_len;
+            continue;
+        }
+        if bytes.get(i + 1) == Some(&b'%') {
+            literal.push('%');
+            i += 2;
+            continue;
+        }
+        let mut j = i + 1;
+        let zero = bytes.get(j) == Some(&b'0');
+        if zero {
+            j += 1;
+        }
+        let width_start = j;
+        while bytes.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        let width = fmt[width_start..j].parse::<usize>().unwrap_or(0);
+        if width > 64 {
+            return Err("field width is larger than 64".into());
+        }
+        return match bytes.get(j) {
+            Some(&conv) if b"duxXo".contains(&conv) => {
+                Ok(Some((literal, Spec { zero, width, conv }, &fmt[j + 1..])))
+            }
+            _ => Err("a conversion must look like %d, %x, %X, %o or %08X".into()),
+        };
+    }
+    Ok(None)
+}
+
+fn check_format(s: &Section<'_>, key: &str, fmt: &str) -> Result<(), ConfigError> {
+    let bad = |m: String| s.invalid(key, format!("{fmt:?}: {m}"));
+    let Some((literal, _, rest)) = next_spec(fmt).map_err(bad)? else {
+        return Err(bad(
+            "needs exactly one integer conversion such as %08X".into()
+        ));
+    };
+    if next_spec(rest).map_err(bad)?.is_some() {
+        return Err(bad("has more than one conversion".into()));
+    }
+    if literal.contains('/') || rest.contains('/') {
+        return Err(bad("names must not contain \"/\"".into()));
+    }
+    Ok(())
+}
+
+/// Expands a format already accepted by `check_format`.
+fn format_name(fmt: &str, n: u64) -> String {
+    let Ok(Some((mut out, spec, rest))) = next_spec(fmt) else {
+        return fmt.to_string();
+    };
+    let digits = match spec.conv {
+        b'x' => format!("{n:x}"),
+        b'X' => format!("{n:X}"),
+        b'o' => format!("{n:o}"),
+        _ => n.to_string(),
+    };
+    let pad = spec.width.saturating_sub(digits.len());
+    out.extend(std::iter::repeat_n(if spec.zero { '0' } else { ' ' }, pad));
+    out.push_str(&digits);
+    // `rest` holds no conversion, only literals and `%%`.
+    out.push_str(&rest.replace("%%", "%"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_expand_like_printf() {
+        assert_eq!(format_name("dir_%08X", 255), "dir_000000FF");
+        assert_eq!(format_name("f%d.bin", 7), "f7.bin");
+        assert_eq!(format_name("%%%4x%%", 10), "%   a%");
+    }
+}

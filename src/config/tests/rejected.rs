@@ -1,0 +1,172 @@
+//! Bad configs: each fails with the file and the key path in the message.
+
+use super::*;
+
+#[test]
+fn missing_required_key_is_reported_with_its_path() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: RAM}\n  - {backend_type: RAM}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[1].dir_name: required key is missing"
+    );
+}
+
+#[test]
+fn missing_bucket_is_reported_for_object_stores() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: S3}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[0].bucket_container_name: required key is missing"
+    );
+}
+
+#[test]
+fn file_backend_root_must_be_absolute() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: file, bucket_container_name: rel/dir}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[0].bucket_container_name: must be an absolute path (got \"rel/dir\")"
+    );
+}
+
+#[test]
+fn wrong_type_is_reported_with_the_value() {
+    assert_eq!(
+        error("config.yaml", "msfs_version: 1\ncache_lines: lots\n"),
+        "config.yaml: cache_lines: expected a non-negative whole number, found \"lots\""
+    );
+    assert_eq!(
+        error(
+            "config.json",
+            r#"{"msfs_version": 1, "backends": {"dir_name": "x"}}"#
+        ),
+        "config.json: backends: expected a list, found a mapping"
+    );
+}
+
+#[test]
+fn unknown_backend_type_lists_the_allowed_values() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: Azure}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[0].backend_type: unknown backend_type \"Azure\"; expected one of S3, AIStore, GCS, PSEUDO, RAM, file"
+    );
+}
+
+#[test]
+fn prefix_must_end_with_a_slash() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: RAM}\n  - {dir_name: b, backend_type: S3, bucket_container_name: k, prefix: data}\n";
+    assert_eq!(
+        error("config.yaml", text),
+        "config.yaml: backends[1].prefix: must end with \"/\" (got \"data\"; did you mean \"data/\"?)"
+    );
+}
+
+#[test]
+fn duplicate_dir_name_is_rejected() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: RAM}\n  - {dir_name: a, backend_type: RAM}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[1].dir_name: \"a\" is already used by backends[0]; directory names must be unique"
+    );
+}
+
+#[test]
+fn dot_and_slash_dir_names_are_rejected() {
+    for (name, reason) in [
+        ("..", "must not be \".\" or \"..\""),
+        ("a/b", "must not contain \"/\""),
+    ] {
+        let text = format!(
+            "msfs_version: 1\nbackends:\n  - {{dir_name: \"{name}\", backend_type: RAM}}\n"
+        );
+        let msg = error("c.yaml", &text);
+        assert!(
+            msg.starts_with("c.yaml: backends[0].dir_name: ") && msg.contains(reason),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn duplicate_manifest_path_is_rejected() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: RAM, manifest_path: /m}\n  - {dir_name: b, backend_type: RAM, manifest_path: /m}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[1].manifest_path: /m is already used by backends[0]; each backend needs its own manifest directory"
+    );
+}
+
+#[test]
+fn bad_perm_is_rejected() {
+    let text =
+        "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: RAM, dir_perm: \"999\"}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[0].dir_perm: \"999\" is not an octal permission between 000 and 777 (for example \"755\")"
+    );
+}
+
+#[test]
+fn retry_multiplier_below_one_is_rejected() {
+    let text = "msfs_version: 1\nbackends:\n  - dir_name: a\n    backend_type: S3\n    bucket_container_name: k\n    S3: {retry_next_delay_multiplier: 0.5}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[0].S3.retry_next_delay_multiplier: must be at least 1.0 so delays never shrink (got 0.5)"
+    );
+}
+
+#[test]
+fn too_few_cache_lines_are_rejected() {
+    assert_eq!(
+        error("c.yaml", "msfs_version: 1\ncache_lines: 8\n"),
+        "c.yaml: cache_lines: must be at least 16 (got 8)"
+    );
+}
+
+#[test]
+fn evictable_inode_ttl_below_entry_attr_ttl_is_rejected() {
+    assert_eq!(
+        error(
+            "c.yaml",
+            "msfs_version: 1\nentry_attr_ttl: 5000\nevictable_inode_ttl: 1000\n"
+        ),
+        "c.yaml: evictable_inode_ttl: must be at least entry_attr_ttl (5000 ms)"
+    );
+}
+
+#[test]
+fn endpoint_without_scheme_is_rejected() {
+    let text = "msfs_version: 1\nbackends:\n  - dir_name: a\n    backend_type: S3\n    bucket_container_name: k\n    S3: {endpoint: \"minio:9000\"}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[0].S3.endpoint: not a URL (\"minio:9000\"); expected http://host[:port] or https://host[:port]"
+    );
+}
+
+#[test]
+fn manifest_gen_backend_must_name_another_non_aistore_backend() {
+    let base = "msfs_version: 1\nbackends:\n  - {dir_name: s3, backend_type: S3, bucket_container_name: k}\n  - {dir_name: ais2, backend_type: AIStore, bucket_container_name: k, AIStore: {endpoint: \"http://a\"}}\n  - dir_name: ais\n    backend_type: AIStore\n    bucket_container_name: k\n    AIStore: {endpoint: \"http://a\", manifest_gen_backend: TARGET}\n";
+    let key = "c.yaml: backends[2].AIStore.manifest_gen_backend: ";
+    let cases = [
+        ("ais", "must name another backend, not this one".to_string()),
+        ("nope", "no backend has dir_name \"nope\"".to_string()),
+        (
+            "ais2",
+            "\"ais2\" is itself an AIStore backend; name one that lists the underlying store"
+                .to_string(),
+        ),
+    ];
+    for (target, message) in cases {
+        assert_eq!(
+            error("c.yaml", &base.replace("TARGET", target)),
+            format!("{key}{message}")
+        );
+    }
+    let loaded = parse("c.yaml", &base.replace("TARGET", "s3"));
+    let ais = s3(&loaded.config.backends[2])
+        .aistore
+        .as_ref()
+        .expect("AIStore options");
+    assert_eq!(ais.manifest_gen_backend.as_deref(), Some("s3"));
+}

@@ -1,0 +1,83 @@
+//! Things that load but are worth telling the operator about.
+
+use super::*;
+
+#[test]
+fn unknown_keys_are_warnings_not_errors() {
+    let text = "msfs_version: 1\ncache_linez: 5\nbackends:\n  - dir_name: a\n    backend_type: S3\n    bucket_container_name: k\n    prefx: x/\n    S3: {regoin: x}\n";
+    let loaded = parse("config.yaml", text);
+    assert_eq!(
+        loaded.warnings,
+        vec![
+            "config.yaml: backends[0].S3.regoin: unknown key, ignored",
+            "config.yaml: backends[0].prefx: unknown key, ignored",
+            "config.yaml: cache_linez: unknown key, ignored",
+        ]
+    );
+}
+
+#[test]
+fn keys_of_the_go_implementation_are_accepted_with_a_warning() {
+    let text = "msfs_version: 1\npebble_cache_size: 1\nbackends:\n  - {dir_name: a, backend_type: RAM, upload_part_concurrency: 4}\n";
+    let loaded = parse("c.yaml", text);
+    assert_eq!(
+        loaded.warnings,
+        vec![
+            "c.yaml: backends[0].upload_part_concurrency: not used by msfs, ignored",
+            "c.yaml: pebble_cache_size: not used by msfs, ignored",
+        ]
+    );
+}
+
+#[test]
+fn section_for_another_backend_type_is_a_warning() {
+    let text =
+        "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: RAM, S3: {region: x}}\n";
+    let loaded = parse("c.yaml", text);
+    assert_eq!(
+        loaded.warnings,
+        vec!["c.yaml: backends[0].S3: ignored, backend_type is RAM"]
+    );
+}
+
+#[test]
+fn deprecated_cache_keys_map_to_cache_storage_with_a_warning() {
+    let cases = [
+        ("cache_backend: disk", CacheStorage::PerInodeFile),
+        ("cache_backend: memory", CacheStorage::MappedFile),
+        (
+            "cache_backend: memory\nmapped_cache: false",
+            CacheStorage::Ram,
+        ),
+        ("mapped_cache: false", CacheStorage::Ram),
+    ];
+    for (keys, storage) in cases {
+        let text =
+            format!("msfs_version: 1\n{keys}\nbackends: [{{dir_name: r, backend_type: RAM}}]\n");
+        let loaded = parse("c.yaml", &text);
+        assert_eq!(loaded.config.cache.storage, storage, "{keys}");
+        assert!(
+            !loaded.warnings.is_empty() && loaded.warnings.iter().all(|w| w.contains("deprecated")),
+            "{keys}: {:?}",
+            loaded.warnings
+        );
+    }
+}
+
+#[test]
+fn yaml_merge_keys_are_applied() {
+    let text = "msfs_version: 1\nx-common: &common {backend_type: S3, bucket_container_name: k, readonly: false}\nbackends:\n  - {<<: *common, dir_name: a}\n  - {<<: *common, dir_name: b, prefix: p/}\n";
+    let loaded = parse("c.yaml", text);
+    assert_eq!(loaded.config.backends.len(), 2);
+    assert!(
+        loaded
+            .config
+            .backends
+            .iter()
+            .all(|b| !b.readonly && b.bucket == "k")
+    );
+    assert_eq!(
+        loaded.warnings,
+        vec!["c.yaml: x-common: unknown key, ignored"]
+    );
+}

@@ -1,0 +1,311 @@
+//! The typed, validated configuration that the rest of the crate reads.
+//!
+//! Everything here is plain data: parsing, defaults and validation live in the
+//! sibling modules, so a value of these types is always a configuration that
+//! passed every check.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::secret::Secret;
+
+/// One mount: process-wide settings plus the backends shown as sibling directories.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file this was read from (reloads read it again).
+    pub source: PathBuf,
+    /// The filesystem name shown by `mount` and `df`.
+    pub mountname: String,
+    /// Where to mount; `$MSFS_MOUNTPOINT` overrides the file.
+    pub mountpoint: PathBuf,
+    /// FUSE request readers; 0 means one per CPU.
+    pub fuse_workers: usize,
+    /// Owner of the mount's root directory.
+    pub uid: u32,
+    pub gid: u32,
+    /// Mode bits of the mount's root directory.
+    pub dir_perm: u16,
+    pub allow_other: bool,
+    /// Largest write the kernel sends in one request, in bytes.
+    pub max_write: u32,
+    /// How long the kernel may cache entries and attributes.
+    pub entry_attr_ttl: Duration,
+    /// Minimum life of an inode learned from a listing (at least `entry_attr_ttl`).
+    pub evictable_inode_ttl: Duration,
+    /// How long a created but still empty directory is kept.
+    pub virtual_dir_ttl: Duration,
+    /// How long a created but not yet committed file is kept.
+    pub virtual_file_ttl: Duration,
+    /// Period of the eviction / expiry sweep.
+    pub ttl_check_interval: Duration,
+    pub cache: CacheConfig,
+    /// Files at least this large are uploaded with multipart upload.
+    pub multipart_upload_threshold_bytes: u64,
+    /// Concurrent object commits (PUT / multipart) across the mount.
+    pub write_commit_workers: usize,
+    /// Memory budget for the whole process in bytes; 0 means no limit.
+    pub process_memory_limit: u64,
+    /// Reload the config file this often, as if sent SIGHUP; `None` disables it.
+    pub auto_sighup_interval: Option<Duration>,
+    /// Address of the HTTP endpoint serving `/metrics` (top-level key `endpoint`).
+    pub metrics_endpoint: Option<String>,
+    /// The `opentelemetry` section, when it configures metrics.
+    pub telemetry: Option<TelemetryConfig>,
+    pub backends: Vec<BackendConfig>,
+}
+
+/// The line cache shared by every backend of the mount.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheConfig {
+    pub storage: CacheStorage,
+    /// Fetch and residency granularity in bytes.
+    pub line_size: u64,
+    /// Number of lines; capacity is `line_size * lines`.
+    pub lines: u64,
+    /// Lines read ahead after a miss.
+    pub lines_to_prefetch: u64,
+    /// Parent of the mount's private cache directory; `None` means the system temp dir.
+    pub dir_path: Option<PathBuf>,
+    /// Keep committed write bytes in the cache so they read back without a download.
+    pub write_cache_promotion: bool,
+}
+
+/// Where cache lines live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStorage {
+    /// Anonymous memory only.
+    Ram,
+    /// One shared memory-mapped file under the cache directory.
+    MappedFile,
+    /// One sparse file per inode, read with `pread`.
+    PerInodeFile,
+}
+
+/// One bucket (or bucket prefix, or local directory) shown as a directory under the mountpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendConfig {
+    /// Name of the directory under the mountpoint; unique, no `/`.
+    pub dir_name: String,
+    /// Bucket name; for [`BackendKind::File`] the absolute root directory; may be
+    /// empty for RAM and PSEUDO.
+    pub bucket: String,
+    /// Key prefix shown as the directory's root: empty or ending in `/`.
+    pub prefix: String,
+    pub readonly: bool,
+    /// Commit a modified file before `close` returns instead of in the background.
+    pub flush_on_close: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub dir_perm: u16,
+    pub file_perm: u16,
+    /// Keys per LIST page; 0 lets the store choose.
+    pub directory_page_size: u32,
+    /// 0 none, 1 errors, 2 successes, 3+ details.
+    pub trace_level: u8,
+    pub manifest: ManifestConfig,
+    pub kind: BackendKind,
+}
+
+/// Manifest bootstrap for large namespaces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManifestConfig {
+    /// Directory holding the manifest and its delta log; `None` disables manifests.
+    pub path: Option<PathBuf>,
+    /// Parallel listers used to generate a manifest.
+    pub gen_workers: usize,
+    /// LIST pages without a sub-directory before a directory counts as flat.
+    pub flat_dir_confirmation_pages: u32,
+    pub flat_dir_hints: Vec<FlatDirHint>,
+}
+
+/// A directory known to be flat and how to split its listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlatDirHint {
+    /// Directory relative to the backend prefix, ending in `/`.
+    pub path: String,
+    /// Characters that start the object names in it.
+    pub key_prefix_chars: String,
+    /// Leading characters per sub-prefix (`key_prefix_chars.len() ^ split_depth` listers).
+    pub split_depth: u32,
+}
+
+/// The object store behind a backend.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendKind {
+    /// S3 or an S3-compatible API (AWS, MinIO, AIStore, GCS interoperability).
+    S3(S3Config),
+    /// A local directory used as the object store; the root is [`BackendConfig::bucket`].
+    File,
+    /// An in-memory store, for tests and demos.
+    Ram(RamConfig),
+    /// A generated, read-only tree of zero-filled files, for benchmarks.
+    Pseudo(PseudoConfig),
+}
+
+/// Which S3 dialect the endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum S3Flavor {
+    Aws,
+    AIStore,
+    Gcs,
+}
+
+/// How to reach and authenticate to an S3-compatible store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct S3Config {
+    pub flavor: S3Flavor,
+    /// Endpoint URL; `None` means AWS itself.
+    pub endpoint: Option<String>,
+    /// Signing region. When [`S3Config::config_profile`] is set, the profile's region
+    /// (and endpoint) win and this is the fallback.
+    pub region: String,
+    pub credentials: S3Credentials,
+    /// `use_config_env`: take region and endpoint from this profile of the AWS config file.
+    pub config_profile: Option<AwsProfile>,
+    pub skip_tls_certificate_verify: bool,
+    /// Bucket in the host name instead of the path.
+    pub virtual_hosted_style: bool,
+    pub retry: RetryConfig,
+    /// AIStore-only settings (`flavor == AIStore`).
+    pub aistore: Option<AIStoreOptions>,
+    /// GCS API key (`flavor == Gcs`).
+    pub gcs_api_key: Option<Secret>,
+}
+
+/// Where request-signing credentials come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum S3Credentials {
+    /// Keys written in the config file or its environment.
+    Static {
+        access_key_id: String,
+        secret_access_key: Secret,
+        session_token: Option<Secret>,
+    },
+    /// A profile of the AWS shared config / credentials files (`use_config_env`,
+    /// `use_credentials_env`); a `None` file is not consulted.
+    Files {
+        config_file: Option<PathBuf>,
+        credentials_file: Option<PathBuf>,
+        profile: String,
+    },
+    /// Unsigned requests (public buckets, AIStore without auth).
+    Anonymous,
+    /// Nothing configured: the SDK's default chain (environment, shared files, web
+    /// identity, container and instance metadata).
+    DefaultChain,
+}
+
+/// A named profile in an AWS config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsProfile {
+    pub config_file: PathBuf,
+    pub name: String,
+}
+
+/// Retries on network errors, HTTP 429 and 5xx, with exponential backoff.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// Delay before the first retry; zero disables retries.
+    pub base_delay: Duration,
+    /// Each delay is the previous one times this (at least 1).
+    pub multiplier: f64,
+    /// Retrying stops once the next delay would exceed this.
+    pub max_delay: Duration,
+}
+
+/// Settings only AIStore needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AIStoreOptions {
+    pub authn_token: Option<Secret>,
+    /// Token file, re-read when it changes.
+    pub authn_token_file: Option<PathBuf>,
+    /// Backend provider of the cached buckets (`s3`, `ais`, `gcp`, …).
+    pub provider: String,
+    /// Limit on one request including its retries.
+    pub timeout: Duration,
+    /// `dir_name` of another, non-AIStore backend that lists this bucket directly.
+    pub manifest_gen_backend: Option<String>,
+}
+
+/// Limits of the in-memory store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RamConfig {
+    pub max_list_page_size: u64,
+    pub max_total_objects: u64,
+    pub max_total_object_space: u64,
+}
+
+/// Shape of the generated PSEUDO tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PseudoConfig {
+    /// printf-style name of sub-directories, one integer conversion (`dir_%08X`);
+    /// generated names sort before file names.
+    pub dir_name_format: String,
+    pub file_name_format: String,
+    pub dir_starting_number: u64,
+    pub file_starting_number: u64,
+    /// Size of every file in bytes (contents are zeroes).
+    pub file_size: u64,
+    /// Files per directory at depth 0 (the backend root) to 3.
+    pub files_at_depth: [u32; 4],
+    /// Sub-directories per directory at depth 0 to 2.
+    pub subdirectories_at_depth: [u32; 3],
+    pub max_list_page_size: u64,
+    pub min_latency: PseudoLatencies,
+}
+
+/// Minimum time each PSEUDO operation takes, to imitate a remote store.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PseudoLatencies {
+    pub delete_file: Duration,
+    pub list_directory: Duration,
+    pub list_objects: Duration,
+    pub read_file: Duration,
+    pub stat_directory: Duration,
+    pub stat_file: Duration,
+}
+
+/// OpenTelemetry metrics export (`opentelemetry.metrics`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// Sources of attributes added to every metric; later ones win on a clash.
+    pub attributes: Vec<AttributeProvider>,
+    pub reader: MetricsReaderConfig,
+    /// `None` when no supported exporter is configured.
+    pub exporter: Option<OtlpExporterConfig>,
+}
+
+/// One `attributes` entry: a source and its `options.attributes` mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributeProvider {
+    pub source: AttributeSource,
+    /// Attribute name to value (`static`), host property (`host`: `name`), process
+    /// property (`process`: `pid`) or environment variable (`environment_variables`).
+    pub attributes: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttributeSource {
+    Static,
+    Host,
+    Process,
+    EnvironmentVariables,
+}
+
+/// The periodic reader: collect often, export less often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsReaderConfig {
+    pub collect_interval: Duration,
+    pub collect_timeout: Duration,
+    pub export_interval: Duration,
+    pub export_timeout: Duration,
+}
+
+/// OTLP over HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpExporterConfig {
+    pub endpoint: String,
+    /// Plain HTTP instead of TLS.
+    pub insecure: bool,
+}

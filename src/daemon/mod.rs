@@ -1,0 +1,189 @@
+//! The daemon: one process, one mountpoint, the configured backends as sibling directories.
+//!
+//! It opens and checks every backend before mounting (so bad credentials or a missing bucket fail
+//! the mount with a clear message instead of surfacing later as EIO), mounts, serves until the
+//! mount goes away (`umount`, SIGTERM or SIGINT), and exits cleanly.
+
+pub mod helper;
+pub mod mountpoint;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fuser::{MountOption, Session, SessionACL};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::config::{BackendConfig, Config};
+use crate::engines::Engines;
+use crate::fs::{Backend, Fs, FsOptions};
+use crate::fuse::FuseAdapter;
+use crate::store::{StoreError, open_store};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("backend {dir_name}: {source}")]
+    Backend {
+        dir_name: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("{0}")]
+    Mountpoint(String),
+    #[error("cannot mount at {path}: {source}")]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Mounts `config` at `mountpoint` and serves until unmounted or signalled.
+pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("msfs-io")
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let engines = Engines::new();
+    let backends = runtime.block_on(open_backends(&config.backends))?;
+    mountpoint::prepare(&mountpoint).map_err(DaemonError::Mountpoint)?;
+
+    let options = FsOptions {
+        uid: config.uid,
+        gid: config.gid,
+        dir_perm: config.dir_perm,
+        ttl: config.entry_attr_ttl,
+    };
+    let backend_count = backends.len();
+    let fs = Arc::new(Fs::new(options, engines, backends));
+    let adapter = FuseAdapter::new(fs, runtime.handle().clone(), config.max_write);
+    let mut session =
+        Session::new(adapter, &mountpoint, &session_config(&config)).map_err(|source| {
+            DaemonError::Mount {
+                path: mountpoint.clone(),
+                source,
+            }
+        })?;
+    let mut unmounter = session.unmount_callable();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let serving = std::thread::Builder::new()
+        .name("fuse-session".into())
+        .spawn(move || {
+            let result = session.run();
+            let _ = done_tx.send(());
+            result
+        })
+        .map_err(DaemonError::Runtime)?;
+    tracing::info!(
+        mountpoint = %mountpoint.display(),
+        backends = backend_count,
+        "mounted"
+    );
+
+    let stop = runtime.block_on(wait_for_stop(done_rx));
+    if let Some(signal) = stop {
+        tracing::info!(signal, "unmounting");
+        if let Err(e) = unmounter.unmount() {
+            // Busy (a process still has files open): detach now, finish when released.
+            tracing::warn!(error = %e, "unmount failed; detaching lazily");
+            mountpoint::detach(&mountpoint).map_err(|source| DaemonError::Mount {
+                path: mountpoint.clone(),
+                source,
+            })?;
+        }
+    }
+    match serving.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "FUSE session ended with an error"),
+        Err(_) => tracing::error!("FUSE session thread panicked"),
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
+    Ok(())
+}
+
+/// Opens every backend's store and checks, with one small LIST, that it answers with the
+/// configured credentials. All backends are checked concurrently.
+async fn open_backends(configs: &[BackendConfig]) -> Result<Vec<Arc<Backend>>, DaemonError> {
+    let opened = futures::future::join_all(configs.iter().map(open_backend)).await;
+    opened.into_iter().collect()
+}
+
+async fn open_backend(config: &BackendConfig) -> Result<Arc<Backend>, DaemonError> {
+    let fail = |source| DaemonError::Backend {
+        dir_name: config.dir_name.clone(),
+        source,
+    };
+    let store = open_store(config).await.map_err(fail)?;
+    store
+        .list(&config.prefix, Some("/"), None, Some(1))
+        .await
+        .map_err(fail)?;
+    if !config.readonly {
+        tracing::warn!(
+            backend = %config.dir_name,
+            "readonly: false is not supported yet (the write engine is not built); serving read-only"
+        );
+    }
+    Ok(Arc::new(Backend::new(config, store)))
+}
+
+fn session_config(config: &Config) -> fuser::Config {
+    let mut session = fuser::Config::default();
+    session.mount_options = vec![
+        MountOption::FSName(config.mountname.clone()),
+        MountOption::Subtype("msfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        // Every backend is read-only until the write engine lands; saying so lets the kernel
+        // refuse writes before they reach us.
+        MountOption::RO,
+    ];
+    session.acl = if config.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    let workers = match config.fuse_workers {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    };
+    session.n_threads = Some(workers.max(2));
+    session
+}
+
+/// Waits until the FUSE session ends on its own (external `umount`) or a stop signal arrives;
+/// returns the signal's name in the latter case.
+async fn wait_for_stop(
+    mut session_done: tokio::sync::oneshot::Receiver<()>,
+) -> Option<&'static str> {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with umount");
+        let _ = session_done.await;
+        return None;
+    };
+    loop {
+        tokio::select! {
+            _ = &mut session_done => return None,
+            _ = term.recv() => return Some("SIGTERM"),
+            _ = int.recv() => return Some("SIGINT"),
+            _ = hup.recv() => {
+                tracing::warn!("SIGHUP received: configuration reload is not built yet; ignoring");
+            }
+        }
+    }
+}
+
+/// The mountpoint to use: the command line's, else the configuration's (which already reflects
+/// `$MSFS_MOUNTPOINT`).
+pub fn choose_mountpoint(cli: Option<&Path>, config: &Config) -> PathBuf {
+    cli.map_or_else(|| config.mountpoint.clone(), Path::to_path_buf)
+}

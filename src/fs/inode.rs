@@ -1,0 +1,224 @@
+//! The inode table: stable inode numbers for paths the kernel holds, freed when it forgets them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::backend::Backend;
+use super::listing::{ChildKind, FileMeta};
+
+pub const ROOT_INO: u64 = 1;
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub ino: u64,
+    pub parent: u64,
+    pub name: String,
+    /// `None` only for the mount root, whose children are the backends.
+    pub backend: Option<Arc<Backend>>,
+    /// Path inside the backend ("" for the backend's own directory).
+    pub path: String,
+    pub kind: ChildKind,
+    /// When `kind` was last confirmed by the store.
+    pub refreshed: Instant,
+    /// The ETag the kernel's page cache holds data of, if any; lets a re-open keep that cache.
+    pub cached_etag: Option<String>,
+    /// Kernel references (lookups not yet forgotten).
+    lookups: u64,
+}
+
+impl Node {
+    pub fn is_dir(&self) -> bool {
+        matches!(self.kind, ChildKind::Dir)
+    }
+
+    pub fn file(&self) -> Option<&FileMeta> {
+        match &self.kind {
+            ChildKind::File(meta) => Some(meta),
+            ChildKind::Dir => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct InodeTable {
+    nodes: HashMap<u64, Node>,
+    by_name: HashMap<(u64, String), u64>,
+    next_ino: u64,
+}
+
+impl InodeTable {
+    pub fn new() -> InodeTable {
+        let root = Node {
+            ino: ROOT_INO,
+            parent: ROOT_INO,
+            name: String::new(),
+            backend: None,
+            path: String::new(),
+            kind: ChildKind::Dir,
+            refreshed: Instant::now(),
+            cached_etag: None,
+            lookups: 1,
+        };
+        InodeTable {
+            nodes: HashMap::from([(ROOT_INO, root)]),
+            by_name: HashMap::new(),
+            next_ino: ROOT_INO + 1,
+        }
+    }
+
+    pub fn get(&self, ino: u64) -> Option<&Node> {
+        self.nodes.get(&ino)
+    }
+
+    pub fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
+        self.nodes.get_mut(&ino)
+    }
+
+    /// The inode of `name` in `parent` if the table already has one.
+    pub fn child(&self, parent: u64, name: &str) -> Option<u64> {
+        self.by_name.get(&(parent, name.to_string())).copied()
+    }
+
+    /// Records that `name` in `parent` is `kind` and takes one kernel reference on it. The inode
+    /// number is kept while the entry stays the same kind; a file replaced by a directory (or the
+    /// reverse) gets a new number so the kernel never confuses the two.
+    pub fn lookup(
+        &mut self,
+        parent: u64,
+        name: &str,
+        backend: Arc<Backend>,
+        path: String,
+        kind: ChildKind,
+    ) -> Node {
+        let now = Instant::now();
+        if let Some(ino) = self.child(parent, name)
+            && let Some(node) = self.nodes.get_mut(&ino)
+            && node.is_dir() == matches!(kind, ChildKind::Dir)
+        {
+            node.kind = kind;
+            node.refreshed = now;
+            node.lookups += 1;
+            return node.clone();
+        }
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let node = Node {
+            ino,
+            parent,
+            name: name.to_string(),
+            backend: Some(backend),
+            path,
+            kind,
+            refreshed: now,
+            cached_etag: None,
+            lookups: 1,
+        };
+        // A replaced entry stays in `nodes` until the kernel forgets it, but its name now maps to
+        // the new inode.
+        self.by_name.insert((parent, name.to_string()), ino);
+        self.nodes.insert(ino, node.clone());
+        node
+    }
+
+    /// Drops `count` kernel references; the inode is freed when none remain.
+    pub fn forget(&mut self, ino: u64, count: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.lookups = node.lookups.saturating_sub(count);
+        if node.lookups == 0
+            && let Some(node) = self.nodes.remove(&ino)
+        {
+            let key = (node.parent, node.name);
+            if self.by_name.get(&key) == Some(&ino) {
+                self.by_name.remove(&key);
+            }
+        }
+    }
+
+    /// A number for a directory entry the kernel takes no reference on (plain readdir): the
+    /// entry's inode if it has one, else a fresh number that no node uses.
+    pub fn peek_or_reserve(&mut self, parent: u64, name: &str) -> u64 {
+        self.child(parent, name).unwrap_or_else(|| {
+            let ino = self.next_ino;
+            self.next_ino += 1;
+            ino
+        })
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::FileStore;
+    use std::time::SystemTime;
+
+    fn backend() -> (tempfile::TempDir, Arc<Backend>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(FileStore::new(dir.path().to_path_buf()).expect("store"));
+        let backend = Backend {
+            dir_name: "b".into(),
+            store,
+            prefix: String::new(),
+            readonly: true,
+            uid: 0,
+            gid: 0,
+            dir_perm: 0o555,
+            file_perm: 0o444,
+            page_size: None,
+        };
+        (dir, Arc::new(backend))
+    }
+
+    fn file(size: u64) -> ChildKind {
+        ChildKind::File(FileMeta {
+            size,
+            etag: "e".into(),
+            mtime: SystemTime::UNIX_EPOCH,
+        })
+    }
+
+    #[test]
+    fn repeated_lookups_keep_the_inode_number() {
+        let (_d, b) = backend();
+        let mut table = InodeTable::new();
+        let first = table.lookup(ROOT_INO, "x", b.clone(), "x".into(), file(1));
+        let again = table.lookup(ROOT_INO, "x", b, "x".into(), file(2));
+        assert_eq!(first.ino, again.ino);
+        assert_eq!(again.file().map(|f| f.size), Some(2));
+    }
+
+    #[test]
+    fn inode_is_freed_only_after_all_lookups_are_forgotten() {
+        let (_d, b) = backend();
+        let mut table = InodeTable::new();
+        let node = table.lookup(ROOT_INO, "x", b.clone(), "x".into(), file(1));
+        table.lookup(ROOT_INO, "x", b, "x".into(), file(1));
+        table.forget(node.ino, 1);
+        assert!(table.get(node.ino).is_some());
+        table.forget(node.ino, 1);
+        assert!(table.get(node.ino).is_none());
+        assert_eq!(table.child(ROOT_INO, "x"), None);
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn a_file_replaced_by_a_directory_gets_a_new_inode() {
+        let (_d, b) = backend();
+        let mut table = InodeTable::new();
+        let as_file = table.lookup(ROOT_INO, "x", b.clone(), "x".into(), file(1));
+        let as_dir = table.lookup(ROOT_INO, "x", b, "x".into(), ChildKind::Dir);
+        assert_ne!(as_file.ino, as_dir.ino);
+        table.forget(as_file.ino, 1);
+        assert_eq!(table.child(ROOT_INO, "x"), Some(as_dir.ino));
+    }
+}

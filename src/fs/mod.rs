@@ -1,0 +1,491 @@
+//! `Fs`: one mount's POSIX view over its backends — inodes, handles, attributes, errors.
+//!
+//! The mount root lists the backends as sibling directories (`dir_name`); below each, the
+//! namespace comes live from the backend's store (see [`listing`]). Nothing here knows about
+//! FUSE: the adapter in `crate::fuse` only translates, so everything is testable without a mount.
+//! No lock is held across an await; store calls run on tokio tasks spawned by the adapter.
+
+mod backend;
+mod error;
+mod inode;
+mod listing;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+
+pub use backend::Backend;
+pub use error::FsError;
+pub use inode::ROOT_INO;
+pub use listing::{ChildKind, FileMeta, valid_name};
+
+use crate::cache::ObjectVersion;
+use crate::engines::Engines;
+use crate::store::ObjectStore;
+use inode::{InodeTable, Node};
+
+pub type Result<T> = std::result::Result<T, FsError>;
+
+/// Negative lookups remembered at most; past this the memory is cleared rather than grown.
+const NEGATIVE_CACHE_LIMIT: usize = 65_536;
+
+/// Mount-wide settings the filesystem needs.
+#[derive(Debug, Clone)]
+pub struct FsOptions {
+    pub uid: u32,
+    pub gid: u32,
+    pub dir_perm: u16,
+    /// How long the kernel and `Fs` may trust an entry or attribute without asking the store.
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+/// What `stat` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: Kind,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One entry of a directory listing as handed to the kernel.
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: ChildKind,
+}
+
+/// An open file: the exact object version it reads, fixed at open (close-to-open consistency).
+struct FileHandle {
+    store: Arc<dyn ObjectStore>,
+    backend: String,
+    version: ObjectVersion,
+}
+
+/// An open directory: a snapshot of its entries, so offsets stay stable while it is read.
+struct DirHandle {
+    ino: u64,
+    parent: u64,
+    entries: Arc<Vec<DirEntry>>,
+}
+
+struct DirSnapshot {
+    children: Arc<BTreeMap<String, ChildKind>>,
+    fetched: Instant,
+}
+
+pub struct Fs {
+    options: FsOptions,
+    engines: Engines,
+    mounted_at: SystemTime,
+    backends: RwLock<Vec<Arc<Backend>>>,
+    inodes: Mutex<InodeTable>,
+    /// Recent full listings, which answer lookups without another request.
+    listings: Mutex<HashMap<u64, DirSnapshot>>,
+    negative: Mutex<HashMap<(u64, String), Instant>>,
+    files: Mutex<HashMap<u64, Arc<FileHandle>>>,
+    dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    next_handle: AtomicU64,
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it: every critical section
+/// here leaves the maps consistent, so the data stays usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Fs {
+    pub fn new(options: FsOptions, engines: Engines, backends: Vec<Arc<Backend>>) -> Fs {
+        Fs {
+            options,
+            engines,
+            mounted_at: SystemTime::now(),
+            backends: RwLock::new(backends),
+            inodes: Mutex::new(InodeTable::new()),
+            listings: Mutex::new(HashMap::new()),
+            negative: Mutex::new(HashMap::new()),
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+        }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.options.ttl
+    }
+
+    pub fn backends(&self) -> Vec<Arc<Backend>> {
+        self.backends
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn node(&self, ino: u64) -> Result<Node> {
+        lock(&self.inodes)
+            .get(ino)
+            .cloned()
+            .ok_or(FsError::UnknownInode(ino))
+    }
+
+    fn store_error(backend: &Backend, source: crate::store::StoreError) -> FsError {
+        FsError::Store {
+            backend: backend.dir_name.clone(),
+            source,
+        }
+    }
+
+    pub fn attr_of(&self, node: &Node) -> Attr {
+        match (&node.backend, &node.kind) {
+            (None, _) => Attr {
+                ino: node.ino,
+                kind: Kind::Dir,
+                size: 0,
+                mtime: self.mounted_at,
+                perm: self.options.dir_perm,
+                uid: self.options.uid,
+                gid: self.options.gid,
+            },
+            (Some(b), ChildKind::Dir) => Attr {
+                ino: node.ino,
+                kind: Kind::Dir,
+                size: 0,
+                mtime: self.mounted_at,
+                perm: b.dir_perm,
+                uid: b.uid,
+                gid: b.gid,
+            },
+            (Some(b), ChildKind::File(meta)) => Attr {
+                ino: node.ino,
+                kind: Kind::File,
+                size: meta.size,
+                mtime: meta.mtime,
+                perm: b.file_perm,
+                uid: b.uid,
+                gid: b.gid,
+            },
+        }
+    }
+
+    /// Resolves `name` in directory `parent` and takes a kernel reference on the result.
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+        let dir = self.node(parent)?;
+        if !dir.is_dir() {
+            return Err(FsError::NotADirectory);
+        }
+        let Some(backend) = dir.backend.clone() else {
+            let backend = self
+                .backends()
+                .into_iter()
+                .find(|b| b.dir_name == name)
+                .ok_or(FsError::NotFound)?;
+            let node =
+                lock(&self.inodes).lookup(ROOT_INO, name, backend, String::new(), ChildKind::Dir);
+            return Ok(self.attr_of(&node));
+        };
+        if !valid_name(name) {
+            return Err(FsError::NotFound);
+        }
+        let path = listing::child_path(&dir.path, name);
+        let kind = match self.fresh_listing(parent) {
+            Some(children) => children.get(name).cloned(),
+            None if self.recently_missing(parent, name) => None,
+            None => listing::probe(&backend, &path)
+                .await
+                .map_err(|e| Self::store_error(&backend, e))?,
+        };
+        let Some(kind) = kind else {
+            self.remember_missing(parent, name);
+            return Err(FsError::NotFound);
+        };
+        let node = lock(&self.inodes).lookup(parent, name, backend, path, kind);
+        Ok(self.attr_of(&node))
+    }
+
+    pub fn forget(&self, ino: u64, count: u64) {
+        let mut inodes = lock(&self.inodes);
+        inodes.forget(ino, count);
+        if inodes.get(ino).is_none() {
+            drop(inodes);
+            lock(&self.listings).remove(&ino);
+        }
+    }
+
+    /// Attributes of `ino`; a file's are re-read from the store once they are older than the TTL.
+    pub async fn getattr(&self, ino: u64) -> Result<Attr> {
+        let node = self.refreshed(ino).await?;
+        Ok(self.attr_of(&node))
+    }
+
+    /// The node, with a file's metadata confirmed by a HEAD if it is older than the TTL.
+    async fn refreshed(&self, ino: u64) -> Result<Node> {
+        let node = self.node(ino)?;
+        let (Some(backend), Some(_)) = (&node.backend, node.file()) else {
+            return Ok(node);
+        };
+        if node.refreshed.elapsed() < self.options.ttl {
+            return Ok(node);
+        }
+        let head = backend
+            .store
+            .head(&backend.key_of(&node.path))
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
+        let meta = head.ok_or(FsError::NotFound)?;
+        let mut inodes = lock(&self.inodes);
+        let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+        node.kind = ChildKind::File(FileMeta::from(&meta));
+        node.refreshed = Instant::now();
+        Ok(node.clone())
+    }
+
+    /// Opens a file for reading. Returns the handle and whether the kernel may keep the pages it
+    /// cached at an earlier open (same object version).
+    pub async fn open(&self, ino: u64, write: bool) -> Result<(u64, bool)> {
+        let node = self.refreshed(ino).await?;
+        let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
+            return Err(FsError::IsADirectory);
+        };
+        if write {
+            return Err(FsError::ReadOnly {
+                backend: backend.dir_name.clone(),
+            });
+        }
+        let keep_cache = {
+            let mut inodes = lock(&self.inodes);
+            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+            let same = node.cached_etag.as_deref() == Some(meta.etag.as_str());
+            node.cached_etag = Some(meta.etag.clone());
+            same
+        };
+        let handle = FileHandle {
+            store: backend.store.clone(),
+            backend: backend.dir_name.clone(),
+            version: ObjectVersion {
+                key: backend.key_of(&node.path),
+                etag: meta.etag.clone(),
+                size: meta.size,
+            },
+        };
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        lock(&self.files).insert(fh, Arc::new(handle));
+        Ok((fh, keep_cache))
+    }
+
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+        let handle = lock(&self.files)
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BadHandle(fh))?;
+        let end = offset.saturating_add(u64::from(size));
+        self.engines
+            .reader
+            .read(&handle.store, &handle.version, offset..end)
+            .await
+            .map_err(|source| FsError::Store {
+                backend: handle.backend.clone(),
+                source,
+            })
+    }
+
+    pub fn release(&self, fh: u64) {
+        lock(&self.files).remove(&fh);
+    }
+
+    /// Opens a directory: reads its full listing now, so errors surface here and offsets are
+    /// stable for the handle's life.
+    pub async fn opendir(&self, ino: u64) -> Result<u64> {
+        let node = self.node(ino)?;
+        if !node.is_dir() {
+            return Err(FsError::NotADirectory);
+        }
+        let entries: Vec<DirEntry> = match &node.backend {
+            None => self
+                .backends()
+                .iter()
+                .map(|b| DirEntry {
+                    name: b.dir_name.clone(),
+                    kind: ChildKind::Dir,
+                })
+                .collect(),
+            Some(backend) => {
+                let children = match self.fresh_listing(ino) {
+                    Some(children) => children,
+                    None => self.load_listing(ino, backend, &node.path).await?,
+                };
+                children
+                    .iter()
+                    .map(|(name, kind)| DirEntry {
+                        name: name.clone(),
+                        kind: kind.clone(),
+                    })
+                    .collect()
+            }
+        };
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let handle = DirHandle {
+            ino,
+            parent: node.parent,
+            entries: Arc::new(entries),
+        };
+        lock(&self.dirs).insert(fh, Arc::new(handle));
+        Ok(fh)
+    }
+
+    async fn load_listing(
+        &self,
+        ino: u64,
+        backend: &Backend,
+        path: &str,
+    ) -> Result<Arc<BTreeMap<String, ChildKind>>> {
+        let children = Arc::new(
+            listing::list_dir(backend, path)
+                .await
+                .map_err(|e| Self::store_error(backend, e))?,
+        );
+        lock(&self.listings).insert(
+            ino,
+            DirSnapshot {
+                children: children.clone(),
+                fetched: Instant::now(),
+            },
+        );
+        Ok(children)
+    }
+
+    fn fresh_listing(&self, ino: u64) -> Option<Arc<BTreeMap<String, ChildKind>>> {
+        let listings = lock(&self.listings);
+        let snapshot = listings.get(&ino)?;
+        (snapshot.fetched.elapsed() < self.options.ttl).then(|| snapshot.children.clone())
+    }
+
+    fn recently_missing(&self, parent: u64, name: &str) -> bool {
+        let negative = lock(&self.negative);
+        negative
+            .get(&(parent, name.to_string()))
+            .is_some_and(|at| at.elapsed() < self.options.ttl)
+    }
+
+    fn remember_missing(&self, parent: u64, name: &str) {
+        let mut negative = lock(&self.negative);
+        if negative.len() >= NEGATIVE_CACHE_LIMIT {
+            negative.clear();
+        }
+        negative.insert((parent, name.to_string()), Instant::now());
+    }
+
+    /// Entries of an open directory from `offset` on, each handed to `sink` with its offset (the
+    /// one the kernel passes back to continue after it) until `sink` returns false because the
+    /// reply buffer is full. With `plus`, each accepted child entry takes a kernel reference, as
+    /// readdirplus requires.
+    pub fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        mut sink: impl FnMut(u64, &str, Attr) -> bool,
+    ) -> Result<()> {
+        let handle = lock(&self.dirs)
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BadHandle(fh))?;
+        let dir = self.node(handle.ino)?;
+        let parent_attr = self
+            .node(handle.parent)
+            .map(|p| self.attr_of(&p))
+            .unwrap_or_else(|_| self.attr_of(&dir));
+        let dot_entries = [(".", self.attr_of(&dir)), ("..", parent_attr)];
+        let mut index = offset;
+        while let Some((name, attr)) = dot_entries.get(index as usize) {
+            index += 1;
+            if !sink(index, name, attr.clone()) {
+                return Ok(());
+            }
+        }
+        for entry in handle.entries.iter().skip((index - 2) as usize) {
+            index += 1;
+            let Some(attr) = self.entry_attr(&dir, entry, plus) else {
+                continue; // the backend was removed from under the root; skip it
+            };
+            if !sink(index, &entry.name, attr.clone()) {
+                if plus {
+                    self.forget(attr.ino, 1);
+                }
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn entry_attr(&self, dir: &Node, entry: &DirEntry, plus: bool) -> Option<Attr> {
+        let backend = match &dir.backend {
+            Some(b) => b.clone(),
+            None => self
+                .backends()
+                .into_iter()
+                .find(|b| b.dir_name == entry.name)?,
+        };
+        let mut inodes = lock(&self.inodes);
+        if plus {
+            let path = match &dir.backend {
+                Some(_) => listing::child_path(&dir.path, &entry.name),
+                None => String::new(),
+            };
+            let node = inodes.lookup(dir.ino, &entry.name, backend, path, entry.kind.clone());
+            drop(inodes);
+            return Some(self.attr_of(&node));
+        }
+        let ino = inodes.peek_or_reserve(dir.ino, &entry.name);
+        drop(inodes);
+        let (kind, size, mtime, perm) = match &entry.kind {
+            ChildKind::Dir => (Kind::Dir, 0, self.mounted_at, backend.dir_perm),
+            ChildKind::File(meta) => (Kind::File, meta.size, meta.mtime, backend.file_perm),
+        };
+        Some(Attr {
+            ino,
+            kind,
+            size,
+            mtime,
+            perm,
+            uid: backend.uid,
+            gid: backend.gid,
+        })
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        lock(&self.dirs).remove(&fh);
+    }
+
+    /// Refuses a change to the namespace under `parent` (create, mkdir, unlink, rename…). Every
+    /// backend is read-only until the write engine lands; the mount root never changes.
+    pub fn refuse_change(&self, ino: u64) -> FsError {
+        match self.node(ino) {
+            Ok(Node {
+                backend: Some(b), ..
+            }) => FsError::ReadOnly {
+                backend: b.dir_name.clone(),
+            },
+            Ok(_) => FsError::ReadOnly {
+                backend: "(mount root)".into(),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,404 @@
+//! The FUSE adapter: decodes kernel requests, calls [`Fs`], encodes replies. Nothing else.
+//!
+//! fuser runs a few worker threads reading /dev/fuse. A worker never waits on the network: every
+//! request that may reach the store is handed, with its reply object, to a tokio task, and the
+//! worker goes back to read the next request.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use tokio::runtime::Handle;
+
+use crate::fs::{Attr, Fs, FsError, Kind};
+
+/// Largest read the kernel may send in one request (and its read-ahead window): large requests
+/// mean fewer round trips per byte on sequential reads.
+const MAX_READAHEAD: u32 = 1024 * 1024;
+/// Background requests (read-ahead, async reads) the kernel keeps in flight. The kernel default
+/// of 12 caps read concurrency well below what several readers need.
+const MAX_BACKGROUND: u16 = 64;
+const CONGESTION_THRESHOLD: u16 = 48;
+const BLOCK_SIZE: u32 = 4096;
+
+pub struct FuseAdapter {
+    fs: Arc<Fs>,
+    runtime: Handle,
+    max_write: u32,
+}
+
+impl FuseAdapter {
+    pub fn new(fs: Arc<Fs>, runtime: Handle, max_write: u32) -> FuseAdapter {
+        FuseAdapter {
+            fs,
+            runtime,
+            max_write,
+        }
+    }
+
+    /// Runs `work` on the runtime; the FUSE worker returns at once.
+    fn spawn<F>(&self, work: impl FnOnce(Arc<Fs>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.runtime.spawn(work(self.fs.clone()));
+    }
+}
+
+fn errno(err: &FsError) -> Errno {
+    match err {
+        FsError::Store { .. } => tracing::warn!(error = %err, "store request failed"),
+        _ => tracing::debug!(error = %err, "request refused"),
+    }
+    Errno::from_i32(err.errno())
+}
+
+fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.ino),
+        size: attr.size,
+        blocks: attr.size.div_ceil(512),
+        atime: attr.mtime,
+        mtime: attr.mtime,
+        ctime: attr.mtime,
+        crtime: attr.mtime,
+        kind: match attr.kind {
+            Kind::Dir => FileType::Directory,
+            Kind::File => FileType::RegularFile,
+        },
+        perm: attr.perm,
+        nlink: match attr.kind {
+            Kind::Dir => 2,
+            Kind::File => 1,
+        },
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: 0,
+        blksize: BLOCK_SIZE,
+        flags: 0,
+    }
+}
+
+fn file_type(attr: &Attr) -> FileType {
+    match attr.kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_ASYNC_READ;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        let _ = config.set_max_readahead(MAX_READAHEAD);
+        let _ = config.set_max_write(self.max_write.max(4096));
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(CONGESTION_THRESHOLD);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            reply.error(Errno::ENOENT); // no object key can hold a non-UTF-8 name
+            return;
+        };
+        self.spawn(move |fs| async move {
+            match fs.lookup(parent.0, &name).await {
+                Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(move |fs| async move {
+            match fs.getattr(ino.0).await {
+                Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        self.spawn(move |fs| async move {
+            match fs.open(ino.0, write).await {
+                Ok((fh, keep_cache)) => {
+                    let flags = if keep_cache {
+                        FopenFlags::FOPEN_KEEP_CACHE
+                    } else {
+                        FopenFlags::empty()
+                    };
+                    reply.opened(FileHandle(fh), flags)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(move |fs| async move {
+            match fs.read(fh.0, offset, size).await {
+                Ok(bytes) => reply.data(&bytes),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(move |fs| async move {
+            match fs.opendir(ino.0).await {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let result = self.fs.readdir(fh.0, offset, false, |next, name, attr| {
+            !reply.add(INodeNo(attr.ino), next, file_type(&attr), name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let ttl = self.fs.ttl();
+        let result = self.fs.readdir(fh.0, offset, true, |next, name, attr| {
+            !reply.add(
+                INodeNo(attr.ino),
+                next,
+                name,
+                &ttl,
+                &file_attr(&attr),
+                Generation(0),
+            )
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // Object stores have no fixed capacity; report a large, constant one so that tools that
+        // check free space before copying proceed.
+        const BLOCKS: u64 = 1 << 40;
+        const FILES: u64 = 1 << 32;
+        reply.statfs(
+            BLOCKS, BLOCKS, BLOCKS, FILES, FILES, BLOCK_SIZE, 255, BLOCK_SIZE,
+        );
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok(); // nothing is buffered on the read path
+    }
+
+    // Extended attributes: objects carry none we expose. ENOSYS tells the kernel once and for all,
+    // so `ls` stops asking on every file.
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    // Every change to the namespace or to file contents is refused until the write engine lands.
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(ino.0)));
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(newparent.0)));
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(ino.0)));
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    }
+}

@@ -1,0 +1,13 @@
+//! msfs: mounts S3 and S3-compatible buckets as a filesystem.
+//!
+//! Layers, top to bottom (see ARCHITECTURE.md): `fuse` (kernel adapter) → `fs` (POSIX view) →
+//! `cache` (the read seam) → `store` (object stores). `config` parses the configuration once;
+//! `daemon` runs one mount; `engines` holds what all mounts of a process share.
+
+pub mod cache;
+pub mod config;
+pub mod daemon;
+pub mod engines;
+pub mod fs;
+pub mod fuse;
+pub mod store;

@@ -1,0 +1,163 @@
+//! Turns a backend's configuration into a live [`ObjectStore`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::meta::region::ProvideRegion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
+use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation};
+
+use super::retry::DEFAULT_MAX_ATTEMPTS;
+use super::{FileStore, ObjectStore, RetryPolicy, S3Store, StoreError};
+use crate::config::{BackendConfig, BackendKind, S3Config, S3Credentials, S3Flavor};
+
+/// A connection that cannot be set up within this long is treated as a network failure (and
+/// retried), so an unreachable endpoint fails fast instead of hanging a mount.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// No byte for this long on an open response: the request is abandoned and retried.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+const GCS_ENDPOINT: &str = "https://storage.googleapis.com";
+
+pub async fn open_store(backend: &BackendConfig) -> Result<Arc<dyn ObjectStore>, StoreError> {
+    match &backend.kind {
+        BackendKind::S3(s3) => Ok(Arc::new(open_s3(&backend.bucket, s3).await?)),
+        BackendKind::File => Ok(Arc::new(FileStore::new(backend.bucket.clone().into())?)),
+        BackendKind::Ram(_) => Err(StoreError::Setup(format!(
+            "backend {}: backend_type RAM is not built yet",
+            backend.dir_name
+        ))),
+        BackendKind::Pseudo(_) => Err(StoreError::Setup(format!(
+            "backend {}: backend_type PSEUDO is not built yet",
+            backend.dir_name
+        ))),
+    }
+}
+
+/// The endpoint a flavour talks to when the config names none (`None`: AWS's regional one).
+fn effective_endpoint(s3: &S3Config) -> Option<String> {
+    match (&s3.endpoint, &s3.flavor) {
+        (Some(endpoint), _) => Some(endpoint.clone()),
+        (None, S3Flavor::Gcs) => Some(GCS_ENDPOINT.to_string()),
+        (None, _) => None,
+    }
+}
+
+async fn open_s3(bucket: &str, s3: &S3Config) -> Result<S3Store, StoreError> {
+    if s3.skip_tls_certificate_verify {
+        return Err(StoreError::Setup(
+            "S3.skip_tls_certificate_verify is not supported: add the server's CA certificate to \
+             the system trust store (or point SSL_CERT_FILE at it) instead"
+                .into(),
+        ));
+    }
+    let region = profile_region(s3)
+        .await
+        .unwrap_or_else(|| Region::new(s3.region.clone()));
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(region)
+        // Retries are ours (see store::retry), following the configured backoff.
+        .retry_config(RetryConfig::disabled())
+        // Checksums only where the API demands them: several S3-compatible servers reject the
+        // SDK's default trailing checksums on uploads.
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(READ_TIMEOUT)
+                .build(),
+        );
+    loader = match &s3.credentials {
+        S3Credentials::Static {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        } => loader.credentials_provider(Credentials::new(
+            access_key_id,
+            secret_access_key.expose(),
+            session_token.as_ref().map(|t| t.expose().to_string()),
+            None,
+            "msfs-config",
+        )),
+        S3Credentials::Files {
+            config_file,
+            credentials_file,
+            profile,
+        } => {
+            // A file given as `None` is deliberately not consulted.
+            let mut files = EnvConfigFiles::builder()
+                .include_default_config_file(false)
+                .include_default_credentials_file(false);
+            if let Some(path) = config_file {
+                files = files.with_file(EnvConfigFileKind::Config, path);
+            }
+            if let Some(path) = credentials_file {
+                files = files.with_file(EnvConfigFileKind::Credentials, path);
+            }
+            loader.profile_files(files.build()).profile_name(profile)
+        }
+        S3Credentials::Anonymous => loader.no_credentials(),
+        S3Credentials::DefaultChain => loader,
+    };
+    if let Some(profile) = &s3.config_profile
+        && !matches!(s3.credentials, S3Credentials::Files { .. })
+    {
+        // The profile supplies the endpoint (`endpoint_url`); credentials stay as configured.
+        loader = loader
+            .profile_files(
+                EnvConfigFiles::builder()
+                    .include_default_config_file(false)
+                    .include_default_credentials_file(false)
+                    .with_file(EnvConfigFileKind::Config, &profile.config_file)
+                    .build(),
+            )
+            .profile_name(&profile.name);
+    }
+    let sdk = loader.load().await;
+    // An endpoint from the AWS config profile wins over the configured one (use_config_env).
+    let endpoint = match (&s3.config_profile, sdk.endpoint_url()) {
+        (Some(_), Some(from_profile)) => Some(from_profile.to_string()),
+        _ => effective_endpoint(s3),
+    };
+    let mut builder =
+        aws_sdk_s3::config::Builder::from(&sdk).force_path_style(!s3.virtual_hosted_style);
+    if let Some(endpoint) = &endpoint {
+        builder = builder.endpoint_url(endpoint);
+    }
+    let display = endpoint.unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", s3.region));
+    let retry = RetryPolicy {
+        base_delay: s3.retry.base_delay,
+        multiplier: s3.retry.multiplier,
+        max_delay: s3.retry.max_delay,
+        // A zero base delay is how a config turns retries off.
+        max_attempts: if s3.retry.base_delay.is_zero() {
+            1
+        } else {
+            DEFAULT_MAX_ATTEMPTS
+        },
+    };
+    Ok(S3Store::new(
+        aws_sdk_s3::Client::from_conf(builder.build()),
+        bucket.to_string(),
+        display,
+        retry,
+    ))
+}
+
+/// The region of the `use_config_env` profile, if it names one.
+async fn profile_region(s3: &S3Config) -> Option<Region> {
+    let profile = s3.config_profile.as_ref()?;
+    let files = EnvConfigFiles::builder()
+        .include_default_config_file(false)
+        .include_default_credentials_file(false)
+        .with_file(EnvConfigFileKind::Config, &profile.config_file)
+        .build();
+    let provider = aws_config::profile::ProfileFileRegionProvider::builder()
+        .profile_files(files)
+        .profile_name(&profile.name)
+        .build();
+    ProvideRegion::region(&provider).await
+}

@@ -1,0 +1,128 @@
+//! The object-store layer: one trait that every engine above talks to, and its implementations.
+//!
+//! Engines never see aws-sdk types: they speak [`ObjectStore`] in terms of keys, byte ranges,
+//! ETags and [`StoreError`]. That keeps the namespace, cache and write engines testable against
+//! the local-directory store and lets new protocols plug in without touching them.
+
+mod build;
+mod error;
+mod file;
+mod retry;
+mod s3;
+
+use std::fmt::Debug;
+use std::ops::Range;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use build::open_store;
+pub use error::StoreError;
+pub use file::FileStore;
+pub use retry::RetryPolicy;
+pub use s3::S3Store;
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// What a store knows about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Full key, including any backend prefix.
+    pub key: String,
+    pub size: u64,
+    /// Identifies the object's bytes: a new ETag means new content. Always present so that cached
+    /// bytes can be keyed by it.
+    pub etag: String,
+    pub last_modified: SystemTime,
+}
+
+/// One page of a (possibly delimited) listing.
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    pub objects: Vec<ObjectMeta>,
+    /// With a delimiter: the "sub-directories", each ending with the delimiter.
+    pub common_prefixes: Vec<String>,
+    /// Opaque token for the next page; `None` when the listing is complete.
+    pub next: Option<String>,
+}
+
+/// A part that has been uploaded into a multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedPart {
+    pub part_number: i32,
+    pub etag: String,
+}
+
+/// Result of a write that created a new version of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutResult {
+    pub etag: String,
+}
+
+/// The operations msfs needs from an object store.
+///
+/// All keys are full keys (the backend's prefix already applied). Implementations retry transient
+/// failures themselves, so an error returned here is final for this attempt.
+#[async_trait]
+pub trait ObjectStore: Send + Sync + Debug {
+    /// A stable identity for cache keys: two stores with the same id serve the same bytes for the
+    /// same (key, ETag).
+    fn id(&self) -> &str;
+
+    /// Metadata of one object, or `None` when it does not exist.
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>>;
+
+    /// Bytes `range` of object `key`. When `etag` is given and the object no longer has that ETag,
+    /// fails with [`StoreError::Changed`] rather than returning bytes of another version. The
+    /// returned buffer is exactly `range.len()` long unless the object is shorter.
+    async fn get_range(&self, key: &str, range: Range<u64>, etag: Option<&str>) -> Result<Bytes>;
+
+    /// One page of the keys under `prefix`, at most `max_keys` (store default when `None`).
+    async fn list(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        continuation: Option<String>,
+        max_keys: Option<u32>,
+    ) -> Result<ListPage>;
+
+    async fn put(&self, key: &str, body: Bytes) -> Result<PutResult>;
+
+    /// Starts a multipart upload and returns its upload id.
+    async fn create_multipart(&self, key: &str) -> Result<String>;
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> Result<CompletedPart>;
+
+    /// Fills a part server-side from bytes `range` of `source_key`.
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        source_key: &str,
+        range: Range<u64>,
+    ) -> Result<CompletedPart>;
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletedPart],
+    ) -> Result<PutResult>;
+
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()>;
+
+    async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult>;
+
+    /// Deletes one object; deleting a missing object succeeds, as in S3.
+    async fn delete(&self, key: &str) -> Result<()>;
+
+    async fn delete_many(&self, keys: &[String]) -> Result<()>;
+}

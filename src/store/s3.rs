@@ -1,0 +1,526 @@
+//! `S3Store`: the [`ObjectStore`] over the S3 API (AWS S3, garage, MinIO, AIStore's and GCS's S3
+//! endpoints) on aws-sdk-s3.
+
+use std::ops::Range;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, ObjectIdentifier};
+use bytes::Bytes;
+
+use super::{
+    CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, RetryPolicy, StoreError,
+};
+
+/// S3 caps one DeleteObjects request at this many keys.
+const DELETE_BATCH: usize = 1000;
+
+#[derive(Debug)]
+pub struct S3Store {
+    client: Client,
+    bucket: String,
+    /// For error messages and the store id; never contains credentials.
+    endpoint: String,
+    id: String,
+    retry: RetryPolicy,
+}
+
+impl S3Store {
+    pub fn new(client: Client, bucket: String, endpoint: String, retry: RetryPolicy) -> S3Store {
+        let id = format!("s3:{endpoint}/{bucket}");
+        S3Store {
+            client,
+            bucket,
+            endpoint,
+            id,
+            retry,
+        }
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    fn classify<E>(&self, op: &'static str, key: &str, err: SdkError<E, HttpResponse>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let key = key.to_string();
+        match &err {
+            SdkError::ServiceError(ctx) => {
+                let status = ctx.raw().status().as_u16();
+                let code = ctx.err().code().unwrap_or_default().to_string();
+                let message = ctx.err().message().unwrap_or_default().to_string();
+                match (status, code.as_str()) {
+                    (_, "NoSuchBucket") => StoreError::NoSuchBucket {
+                        bucket: self.bucket.clone(),
+                    },
+                    (404, _) => StoreError::NotFound { op, key },
+                    (401 | 403, _) => StoreError::AccessDenied {
+                        op,
+                        key,
+                        code: if code.is_empty() {
+                            format!("HTTP {status}")
+                        } else {
+                            code
+                        },
+                    },
+                    _ => StoreError::Service {
+                        op,
+                        key,
+                        status,
+                        code,
+                        message,
+                    },
+                }
+            }
+            SdkError::ConstructionFailure(_) => {
+                StoreError::Setup(format!("{op} {key}: {}", DisplayErrorContext(&err)))
+            }
+            // Dispatch failures, timeouts and unreadable responses are all "the network".
+            _ => StoreError::Unreachable {
+                op,
+                key,
+                endpoint: self.endpoint.clone(),
+                message: DisplayErrorContext(&err).to_string(),
+            },
+        }
+    }
+
+    fn copy_source(&self, key: &str) -> String {
+        format!("{}/{}", self.bucket, percent_encode_key(key))
+    }
+}
+
+fn to_system_time(t: Option<&DateTime>) -> SystemTime {
+    t.and_then(|t| SystemTime::try_from(*t).ok())
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+fn to_size(size: Option<i64>) -> u64 {
+    size.and_then(|s| u64::try_from(s).ok()).unwrap_or(0)
+}
+
+/// Percent-encodes a key for `x-amz-copy-source`, keeping `/` and RFC 3986 unreserved bytes.
+fn percent_encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        let out = self
+            .retry
+            .run("head", key, || async {
+                self.client
+                    .head_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("head", key, e))
+            })
+            .await;
+        match out {
+            Ok(out) => Ok(Some(ObjectMeta {
+                key: key.to_string(),
+                size: to_size(out.content_length()),
+                etag: out.e_tag().unwrap_or_default().to_string(),
+                last_modified: to_system_time(out.last_modified()),
+            })),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>, etag: Option<&str>) -> Result<Bytes> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let expected = range.end - range.start;
+        self.retry
+            .run("get", key, || async {
+                let mut request = self
+                    .client
+                    .get_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .range(format!("bytes={}-{}", range.start, range.end - 1));
+                if let Some(etag) = etag {
+                    request = request.if_match(etag);
+                }
+                let out = request
+                    .send()
+                    .await
+                    .map_err(|e| match self.classify("get", key, e) {
+                        StoreError::Service { status: 412, .. } => StoreError::Changed {
+                            op: "get",
+                            key: key.to_string(),
+                            expected: etag.unwrap_or_default().to_string(),
+                        },
+                        other => other,
+                    })?;
+                if let (Some(want), Some(got)) = (etag, out.e_tag())
+                    && want != got
+                {
+                    return Err(StoreError::Changed {
+                        op: "get",
+                        key: key.to_string(),
+                        expected: want.to_string(),
+                    });
+                }
+                // A short body is only legitimate at the end of the object; the server tells the
+                // object's size in Content-Range.
+                let object_size = out
+                    .content_range()
+                    .and_then(|r| r.rsplit('/').next())
+                    .and_then(|total| total.parse::<u64>().ok());
+                let body = out
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| StoreError::Unreachable {
+                        op: "get",
+                        key: key.to_string(),
+                        endpoint: self.endpoint.clone(),
+                        message: format!("reading body: {e}"),
+                    })?
+                    .into_bytes();
+                let wanted = match object_size {
+                    Some(total) => expected.min(total.saturating_sub(range.start)),
+                    None => expected,
+                };
+                if (body.len() as u64) < wanted {
+                    return Err(StoreError::Truncated {
+                        op: "get",
+                        key: key.to_string(),
+                        got: body.len() as u64,
+                        expected: wanted,
+                    });
+                }
+                Ok(body)
+            })
+            .await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        continuation: Option<String>,
+        max_keys: Option<u32>,
+    ) -> Result<ListPage> {
+        let out = self
+            .retry
+            .run("list", prefix, || async {
+                self.client
+                    .list_objects_v2()
+                    .bucket(&self.bucket)
+                    .prefix(prefix)
+                    .set_delimiter(delimiter.map(str::to_string))
+                    .set_continuation_token(continuation.clone())
+                    .set_max_keys(max_keys.map(|m| m.min(i32::MAX as u32) as i32))
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("list", prefix, e))
+            })
+            .await?;
+        let objects = out
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                Some(ObjectMeta {
+                    key: o.key()?.to_string(),
+                    size: to_size(o.size()),
+                    etag: o.e_tag().unwrap_or_default().to_string(),
+                    last_modified: to_system_time(o.last_modified()),
+                })
+            })
+            .collect();
+        let common_prefixes = out
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix().map(str::to_string))
+            .collect();
+        let next = if out.is_truncated().unwrap_or(false) {
+            out.next_continuation_token().map(str::to_string)
+        } else {
+            None
+        };
+        Ok(ListPage {
+            objects,
+            common_prefixes,
+            next,
+        })
+    }
+
+    async fn put(&self, key: &str, body: Bytes) -> Result<PutResult> {
+        let out = self
+            .retry
+            .run("put", key, || async {
+                self.client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .body(ByteStream::from(body.clone()))
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("put", key, e))
+            })
+            .await?;
+        Ok(PutResult {
+            etag: out.e_tag().unwrap_or_default().to_string(),
+        })
+    }
+
+    async fn create_multipart(&self, key: &str) -> Result<String> {
+        let out = self
+            .retry
+            .run("create_multipart", key, || async {
+                self.client
+                    .create_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("create_multipart", key, e))
+            })
+            .await?;
+        out.upload_id()
+            .map(str::to_string)
+            .ok_or_else(|| StoreError::Service {
+                op: "create_multipart",
+                key: key.to_string(),
+                status: 200,
+                code: "MissingUploadId".into(),
+                message: "the server returned no upload id".into(),
+            })
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> Result<CompletedPart> {
+        let out = self
+            .retry
+            .run("upload_part", key, || async {
+                self.client
+                    .upload_part()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .part_number(part_number)
+                    .body(ByteStream::from(body.clone()))
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("upload_part", key, e))
+            })
+            .await?;
+        Ok(CompletedPart {
+            part_number,
+            etag: out.e_tag().unwrap_or_default().to_string(),
+        })
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        source_key: &str,
+        range: Range<u64>,
+    ) -> Result<CompletedPart> {
+        let out = self
+            .retry
+            .run("upload_part_copy", key, || async {
+                self.client
+                    .upload_part_copy()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .part_number(part_number)
+                    .copy_source(self.copy_source(source_key))
+                    .copy_source_range(format!(
+                        "bytes={}-{}",
+                        range.start,
+                        range.end.saturating_sub(1)
+                    ))
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("upload_part_copy", key, e))
+            })
+            .await?;
+        Ok(CompletedPart {
+            part_number,
+            etag: out
+                .copy_part_result()
+                .and_then(|r| r.e_tag())
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletedPart],
+    ) -> Result<PutResult> {
+        let upload = CompletedMultipartUpload::builder()
+            .set_parts(Some(
+                parts
+                    .iter()
+                    .map(|p| {
+                        aws_sdk_s3::types::CompletedPart::builder()
+                            .part_number(p.part_number)
+                            .e_tag(&p.etag)
+                            .build()
+                    })
+                    .collect(),
+            ))
+            .build();
+        let out = self
+            .retry
+            .run("complete_multipart", key, || async {
+                self.client
+                    .complete_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .multipart_upload(upload.clone())
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("complete_multipart", key, e))
+            })
+            .await?;
+        Ok(PutResult {
+            etag: out.e_tag().unwrap_or_default().to_string(),
+        })
+    }
+
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
+        self.retry
+            .run("abort_multipart", key, || async {
+                self.client
+                    .abort_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("abort_multipart", key, e))
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult> {
+        let out = self
+            .retry
+            .run("copy", dest_key, || async {
+                self.client
+                    .copy_object()
+                    .bucket(&self.bucket)
+                    .key(dest_key)
+                    .copy_source(self.copy_source(source_key))
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("copy", dest_key, e))
+            })
+            .await?;
+        Ok(PutResult {
+            etag: out
+                .copy_object_result()
+                .and_then(|r| r.e_tag())
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        let out = self
+            .retry
+            .run("delete", key, || async {
+                self.client
+                    .delete_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| self.classify("delete", key, e))
+            })
+            .await;
+        match out {
+            Ok(_) | Err(StoreError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn delete_many(&self, keys: &[String]) -> Result<()> {
+        for batch in keys.chunks(DELETE_BATCH) {
+            let first = batch.first().map(String::as_str).unwrap_or_default();
+            let objects = batch
+                .iter()
+                .map(|k| ObjectIdentifier::builder().key(k).build())
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| StoreError::Setup(format!("delete_many: {e}")))?;
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(|e| StoreError::Setup(format!("delete_many: {e}")))?;
+            let out = self
+                .retry
+                .run("delete_many", first, || async {
+                    self.client
+                        .delete_objects()
+                        .bucket(&self.bucket)
+                        .delete(delete.clone())
+                        .send()
+                        .await
+                        .map_err(|e| self.classify("delete_many", first, e))
+                })
+                .await?;
+            if let Some(failed) = out.errors().first() {
+                return Err(StoreError::Service {
+                    op: "delete_many",
+                    key: failed.key().unwrap_or_default().to_string(),
+                    status: 200,
+                    code: failed.code().unwrap_or_default().to_string(),
+                    message: failed.message().unwrap_or_default().to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_encode_key;
+
+    #[test]
+    fn copy_source_keys_are_percent_encoded_except_slashes() {
+        assert_eq!(percent_encode_key("a/b c/ü+.txt"), "a/b%20c/%C3%BC%2B.txt");
+    }
+}

@@ -1,0 +1,75 @@
+//! Shared fixtures for the integration tests: a real garage S3 server
+//! ([`garage::Garage`]), a real `msfs mount` process ([`mount::MsfsMount`]),
+//! and renderers for the `msfs_version: 1` YAML config that ties them together.
+//!
+//! Each test file declares `mod common;` and uses what it needs.
+#![allow(dead_code, unused_imports)]
+
+pub mod garage;
+pub mod mount;
+
+pub use garage::Garage;
+pub use mount::{MsfsMount, is_mounted};
+
+/// One entry of the `backends:` list: an S3 backend named `dir_name` (the
+/// directory it appears as under the mount root) over `bucket`/`prefix` of
+/// `garage`, signed with garage's imported key.
+///
+/// The block ends inside the backend mapping, so more backend keys can be
+/// appended as lines indented by four spaces, e.g.
+/// `format!("{}    readonly: true\n", s3_backend_yaml(…))`.
+pub fn s3_backend_yaml(dir_name: &str, bucket: &str, prefix: &str, garage: &Garage) -> String {
+    format!(
+        "  - dir_name: {dir_name}\n    bucket_container_name: {bucket}\n    prefix: {prefix}\n    backend_type: S3\n    S3:\n      endpoint: {endpoint}\n      region: {region}\n      access_key_id: {access}\n      secret_access_key: {secret}\n",
+        dir_name = yaml_str(dir_name),
+        bucket = yaml_str(bucket),
+        prefix = yaml_str(prefix),
+        endpoint = yaml_str(&garage.endpoint()),
+        region = yaml_str(garage.region()),
+        access = yaml_str(garage.access_key()),
+        secret = yaml_str(garage.secret_key()),
+    )
+}
+
+/// A complete v1 config over `backends` (blocks from [`s3_backend_yaml`]).
+/// It names no mountpoint: `msfs mount CONFIG MOUNTPOINT` takes it on the command line.
+pub fn config_yaml(backends: &[String]) -> String {
+    config_yaml_with("", backends)
+}
+
+/// Like [`config_yaml`], with `top_level` (complete `key: value` lines, no
+/// indentation, e.g. `"cache_lines: 64\n"`) placed before `backends:`.
+pub fn config_yaml_with(top_level: &str, backends: &[String]) -> String {
+    let mut text = String::from("msfs_version: 1\n");
+    text.push_str(top_level);
+    if !top_level.is_empty() && !top_level.ends_with('\n') {
+        text.push('\n');
+    }
+    if backends.is_empty() {
+        text.push_str("backends: []\n");
+    } else {
+        text.push_str("backends:\n");
+        for backend in backends {
+            text.push_str(backend);
+        }
+    }
+    text
+}
+
+/// `s` as a YAML double-quoted scalar, so any bucket, prefix or secret survives.
+pub fn yaml_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,343 @@
+//! A real `msfs mount` process and its FUSE mount, one per test.
+//!
+//! `MsfsMount::start` writes the config into a fresh temporary directory,
+//! creates the mountpoint beside it, runs the `msfs` binary of this crate in
+//! the foreground and returns once the kernel lists a `fuse*` mount at the
+//! mountpoint. Whatever happens in the test, `Drop` leaves no mount and no
+//! process behind: a mount still present is lazily unmounted, the child is
+//! killed by its PID and always reaped.
+//!
+//! Calls here block (they wait on processes and poll `/proc/self/mountinfo`);
+//! from an async test on a multi-thread runtime that costs one worker thread
+//! for a moment, which is acceptable in tests.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest wait for the mount to appear after spawning msfs.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for msfs to exit after `umount` or a signal.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `Drop` lets msfs exit by itself after a lazy unmount before killing it.
+const DROP_GRACE: Duration = Duration::from_secs(2);
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// A running `msfs mount CONFIG MOUNTPOINT`; see the module docs.
+pub struct MsfsMount {
+    /// `None` once the process has been reaped.
+    child: Option<Child>,
+    pid: u32,
+    exit_status: Option<ExitStatus>,
+    mountpoint: PathBuf,
+    config_path: PathBuf,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+    // Last field: removed after `Drop::drop` has unmounted and reaped.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl MsfsMount {
+    /// Writes `config_text` to `config.<ext>` (`ext` is `"yaml"` or `"json"`),
+    /// starts msfs on a new mountpoint and waits for the FUSE mount.
+    ///
+    /// Returns `Err` with msfs's stderr if it exits first or the mount does
+    /// not appear within 30 s (the process is stopped in both cases).
+    pub fn start(config_text: &str, ext: &str) -> Result<MsfsMount, String> {
+        assert!(
+            ext == "yaml" || ext == "json",
+            "config extension must be \"yaml\" or \"json\", got {ext:?}"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("msfs-mount-")
+            .tempdir()
+            .map_err(|e| format!("create a temporary directory: {e}"))?;
+        // The kernel reports canonical paths in mountinfo; resolve the
+        // directory now, while nothing is mounted inside it.
+        let root = dir
+            .path()
+            .canonicalize()
+            .map_err(|e| format!("canonicalize {}: {e}", dir.path().display()))?;
+        let mountpoint = root.join("mnt");
+        let config_path = root.join(format!("config.{ext}"));
+        let stdout_path = root.join("msfs.stdout");
+        let stderr_path = root.join("msfs.stderr");
+        std::fs::create_dir(&mountpoint)
+            .map_err(|e| format!("create {}: {e}", mountpoint.display()))?;
+        std::fs::write(&config_path, config_text)
+            .map_err(|e| format!("write {}: {e}", config_path.display()))?;
+        let stdout = std::fs::File::create(&stdout_path)
+            .map_err(|e| format!("create {}: {e}", stdout_path.display()))?;
+        let stderr = std::fs::File::create(&stderr_path)
+            .map_err(|e| format!("create {}: {e}", stderr_path.display()))?;
+
+        let child = Command::new(env!("CARGO_BIN_EXE_msfs"))
+            .arg("mount")
+            .arg(&config_path)
+            .arg(&mountpoint)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", env!("CARGO_BIN_EXE_msfs")))?;
+
+        let mut mount = MsfsMount {
+            pid: child.id(),
+            child: Some(child),
+            exit_status: None,
+            mountpoint,
+            config_path,
+            stdout_path,
+            stderr_path,
+            dir: Some(dir),
+        };
+        mount.wait_for_mount()?;
+        Ok(mount)
+    }
+
+    /// On error the caller drops `self`, which stops the process.
+    fn wait_for_mount(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        loop {
+            if mount_fstype(&self.mountpoint).is_some_and(|t| t.starts_with("fuse")) {
+                return Ok(());
+            }
+            if let Some(status) = self.try_reap() {
+                return Err(format!(
+                    "msfs exited ({status}) before mounting {}; stderr:\n{}",
+                    self.mountpoint.display(),
+                    self.stderr_text()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no FUSE mount at {} within {MOUNT_TIMEOUT:?}; msfs stderr:\n{}",
+                    self.mountpoint.display(),
+                    self.stderr_text()
+                ));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// The mountpoint (canonical path).
+    pub fn path(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The msfs process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Where the config was written.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// Everything msfs wrote to stderr so far.
+    pub fn stderr_text(&self) -> String {
+        read_lossy(&self.stderr_path)
+    }
+
+    /// Everything msfs wrote to stdout so far.
+    pub fn stdout_text(&self) -> String {
+        read_lossy(&self.stdout_path)
+    }
+
+    /// Runs `umount MOUNTPOINT` and waits (30 s at most) for msfs to exit.
+    /// Panics if `umount` fails or msfs does not exit.
+    pub fn stop_with_umount(&mut self) -> ExitStatus {
+        if let Some(status) = self.exit_status {
+            return status;
+        }
+        let out = Command::new("umount")
+            .arg(&self.mountpoint)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run umount: {e}"));
+        assert!(
+            out.status.success(),
+            "umount {} failed ({}): {}\nmsfs stderr:\n{}",
+            self.mountpoint.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            self.stderr_text()
+        );
+        self.wait_for_exit("umount")
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`) to msfs and waits (30 s at most)
+    /// for it to exit. Panics if it does not exit.
+    pub fn stop_with_signal(&mut self, signal: libc::c_int) -> ExitStatus {
+        if let Some(status) = self.exit_status {
+            return status;
+        }
+        self.signal(signal);
+        self.wait_for_exit(&format!("signal {signal}"))
+    }
+
+    /// Sends `signal` without waiting; a no-op once msfs has been reaped.
+    pub fn signal(&self, signal: libc::c_int) {
+        if self.child.is_some() {
+            // The child is not reaped yet, so its PID cannot have been reused.
+            let pid = libc::pid_t::try_from(self.pid).expect("pid fits pid_t");
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+
+    /// The exit status if msfs has exited (reaping it), `None` while it runs.
+    pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
+        self.try_reap()
+    }
+
+    fn wait_for_exit(&mut self, after: &str) -> ExitStatus {
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = self.try_reap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "msfs (pid {}) did not exit within {STOP_TIMEOUT:?} after {after}; stderr:\n{}",
+                self.pid,
+                self.stderr_text()
+            );
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn try_reap(&mut self) -> Option<ExitStatus> {
+        if let Some(child) = self.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            self.child = None;
+            self.exit_status = Some(status);
+        }
+        self.exit_status
+    }
+}
+
+impl Drop for MsfsMount {
+    fn drop(&mut self) {
+        if is_mounted(&self.mountpoint) {
+            lazy_umount(&self.mountpoint);
+            let deadline = Instant::now() + DROP_GRACE;
+            while self.try_reap().is_none() && Instant::now() < deadline {
+                std::thread::sleep(POLL_INTERVAL);
+            }
+        }
+        if let Some(mut child) = self.child.take() {
+            // SIGKILL to this one child, then reap it.
+            let _ = child.kill();
+            if let Ok(status) = child.wait() {
+                self.exit_status = Some(status);
+            }
+        }
+        // A mount made just before the kill outlives its server: detach it too.
+        if is_mounted(&self.mountpoint) {
+            lazy_umount(&self.mountpoint);
+        }
+        // Never let the directory cleanup walk into a mount that is still there.
+        if is_mounted(&self.mountpoint)
+            && let Some(dir) = self.dir.take()
+        {
+            let kept = dir.keep();
+            eprintln!(
+                "msfs test fixture: {} is still mounted; leaving {}",
+                self.mountpoint.display(),
+                kept.display()
+            );
+        }
+    }
+}
+
+/// Whether anything is mounted at `path`, per `/proc/self/mountinfo`.
+/// Does not touch `path` itself, so it is safe on a hung FUSE mount.
+pub fn is_mounted(path: &Path) -> bool {
+    mount_fstype(path).is_some()
+}
+
+/// The filesystem type of the topmost mount at `path` (`"fuse"`,
+/// `"fuse.msfs"`, `"tmpfs"`, …), or `None` if nothing is mounted there.
+pub fn mount_fstype(path: &Path) -> Option<String> {
+    let mountinfo = std::fs::read("/proc/self/mountinfo").ok()?;
+    let candidates = path_candidates(path);
+    let mut found = None;
+    for line in mountinfo.split(|&b| b == b'\n') {
+        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPER
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let (Some(mount_point), Some(sep)) =
+            (fields.get(4), fields.iter().position(|f| *f == b"-"))
+        else {
+            continue;
+        };
+        let Some(fstype) = fields.get(sep + 1) else {
+            continue;
+        };
+        let mount_point = PathBuf::from(OsString::from_vec(unescape_octal(mount_point)));
+        if candidates.contains(&mount_point) {
+            // Later lines are mounted on top of earlier ones.
+            found = Some(String::from_utf8_lossy(fstype).into_owned());
+        }
+    }
+    found
+}
+
+/// `path` as given, and with its parent canonicalized (the kernel lists
+/// resolved paths). The last component is never resolved: stat'ing a mount
+/// point can hang on a dead FUSE server.
+fn path_candidates(path: &Path) -> Vec<PathBuf> {
+    let mut candidates = vec![path.to_path_buf()];
+    if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+        && let Ok(parent) = parent.canonicalize()
+    {
+        candidates.push(parent.join(name));
+    }
+    candidates
+}
+
+/// Decodes mountinfo's `\NNN` octal escapes (space, tab, newline, backslash).
+fn unescape_octal(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let digits = field.get(i + 1..i + 4);
+        if field[i] == b'\\'
+            && let Some(d) = digits
+            && d.iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let value = d.iter().fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+            if let Ok(byte) = u8::try_from(value) {
+                out.push(byte);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(field[i]);
+        i += 1;
+    }
+    out
+}
+
+/// `umount -l PATH`, best effort.
+fn lazy_umount(path: &Path) {
+    let _ = Command::new("umount")
+        .arg("-l")
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn read_lossy(path: &Path) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}

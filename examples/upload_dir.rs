@@ -28,8 +28,8 @@ fn files_under(root: &Path) -> std::io::Result<Vec<PathBuf>> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [endpoint, bucket, dir] = <[String; 3]>::try_from(args)
-        .map_err(|_| "usage: upload_dir ENDPOINT BUCKET DIR")?;
+    let [endpoint, bucket, dir] =
+        <[String; 3]>::try_from(args).map_err(|_| "usage: upload_dir ENDPOINT BUCKET DIR")?;
     let credentials = Credentials::new(
         std::env::var("AWS_ACCESS_KEY_ID")?,
         std::env::var("AWS_SECRET_ACCESS_KEY")?,
@@ -40,7 +40,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
-        .region(Region::new(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())))
+        .region(Region::new(
+            std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+        ))
         .credentials_provider(credentials)
         .force_path_style(true)
         // S3-compatible servers differ in support for the SDK's default trailing checksums.

@@ -12,7 +12,10 @@ fn check(file_name: &str, text: &str) -> (bool, String) {
         .arg(&path)
         .output()
         .expect("run msfs");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn assert_rejected(file_name: &str, text: &str, key: &str) {
@@ -55,7 +58,9 @@ fn an_unknown_backend_type_is_named() {
 fn a_prefix_without_trailing_slash_is_named() {
     assert_rejected(
         "config.yaml",
-        &format!("msfs_version: 1\nbackends:\n  - dir_name: a\n{S3}  - dir_name: b\n{S3}    prefix: data\n"),
+        &format!(
+            "msfs_version: 1\nbackends:\n  - dir_name: a\n{S3}  - dir_name: b\n{S3}    prefix: data\n"
+        ),
         "backends[1].prefix",
     );
 }
@@ -105,6 +110,10 @@ fn the_config_is_found_through_msc_config() {
         .env("MSC_CONFIG", &path)
         .output()
         .expect("run msfs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("from-env.yaml"));
 }

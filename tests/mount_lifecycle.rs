@@ -24,8 +24,11 @@ fn read_hello(mountpoint: &Path, dir_name: &str) -> String {
 #[test]
 fn umount_stops_the_daemon_with_exit_zero() {
     let garage = seeded_garage();
-    let mut mount = MsfsMount::start(&config_yaml(&[s3_backend_yaml("data", "life", "", &garage)]), "yaml")
-        .expect("mount");
+    let mut mount = MsfsMount::start(
+        &config_yaml(&[s3_backend_yaml("data", "life", "", &garage)]),
+        "yaml",
+    )
+    .expect("mount");
     assert_eq!(read_hello(mount.path(), "data"), "hello\n");
     let status = mount.stop_with_umount();
     assert!(status.success(), "{status}: {}", mount.stderr_text());
@@ -40,8 +43,15 @@ fn sigterm_and_sigint_unmount_cleanly_with_exit_zero() {
         let mut mount = MsfsMount::start(&config, "yaml").expect("mount");
         assert_eq!(read_hello(mount.path(), "data"), "hello\n");
         let status = mount.stop_with_signal(signal);
-        assert!(status.success(), "signal {signal}: {status}: {}", mount.stderr_text());
-        assert!(!is_mounted(mount.path()), "signal {signal} left the mount behind");
+        assert!(
+            status.success(),
+            "signal {signal}: {status}: {}",
+            mount.stderr_text()
+        );
+        assert!(
+            !is_mounted(mount.path()),
+            "signal {signal} left the mount behind"
+        );
     }
 }
 
@@ -86,10 +96,16 @@ fn an_msc_profile_config_mounts_each_profile_as_a_directory() {
 #[test]
 fn wrong_credentials_fail_the_mount_with_a_clear_error() {
     let garage = seeded_garage();
-    let config = config_yaml(&[s3_backend_yaml("data", "life", "", &garage)
-        .replace(garage.secret_key(), &"0".repeat(64))]);
-    let err = MsfsMount::start(&config, "yaml").err().expect("mount must fail");
-    assert!(err.contains("backend data") && err.contains("access denied"), "{err}");
+    let config =
+        config_yaml(&[s3_backend_yaml("data", "life", "", &garage)
+            .replace(garage.secret_key(), &"0".repeat(64))]);
+    let err = MsfsMount::start(&config, "yaml")
+        .err()
+        .expect("mount must fail");
+    assert!(
+        err.contains("backend data") && err.contains("access denied"),
+        "{err}"
+    );
     assert!(!err.contains(garage.secret_key()), "secret leaked: {err}");
 }
 
@@ -97,7 +113,9 @@ fn wrong_credentials_fail_the_mount_with_a_clear_error() {
 fn a_missing_bucket_fails_the_mount_naming_it() {
     let garage = seeded_garage();
     let config = config_yaml(&[s3_backend_yaml("data", "no-such-bucket", "", &garage)]);
-    let err = MsfsMount::start(&config, "yaml").err().expect("mount must fail");
+    let err = MsfsMount::start(&config, "yaml")
+        .err()
+        .expect("mount must fail");
     assert!(err.contains("no-such-bucket"), "{err}");
 }
 
@@ -111,8 +129,13 @@ fn an_unreachable_endpoint_fails_the_mount_instead_of_hanging() {
         .port();
     let config = config_yaml(&[s3_backend_yaml("data", "life", "", &garage)
         .replace(&garage.endpoint(), &format!("http://127.0.0.1:{port}"))]);
-    let err = MsfsMount::start(&config, "yaml").err().expect("mount must fail");
-    assert!(err.contains("cannot reach") && err.contains(&port.to_string()), "{err}");
+    let err = MsfsMount::start(&config, "yaml")
+        .err()
+        .expect("mount must fail");
+    assert!(
+        err.contains("cannot reach") && err.contains(&port.to_string()),
+        "{err}"
+    );
 }
 
 /// Waits (bounded) until `pid` has exited.
@@ -142,7 +165,11 @@ fn helper_setup(garage: &Garage) -> HelperSetup {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().canonicalize().expect("canonical");
     let config = root.join("msfs.yaml");
-    std::fs::write(&config, config_yaml(&[s3_backend_yaml("data", "life", "", garage)])).expect("config");
+    std::fs::write(
+        &config,
+        config_yaml(&[s3_backend_yaml("data", "life", "", garage)]),
+    )
+    .expect("config");
     let mountpoint = root.join("mnt");
     std::fs::create_dir(&mountpoint).expect("mountpoint");
     let logs = root.join("logs");
@@ -166,7 +193,10 @@ fn daemon_pid(logs: &Path) -> u32 {
 
 fn unmount_and_wait(setup: &HelperSetup) {
     let pid = daemon_pid(&setup.logs);
-    let status = Command::new("umount").arg(&setup.mountpoint).status().expect("umount");
+    let status = Command::new("umount")
+        .arg(&setup.mountpoint)
+        .status()
+        .expect("umount");
     assert!(status.success());
     assert!(wait_gone(pid), "daemon {pid} still running after umount");
 }
@@ -184,7 +214,11 @@ fn mount_helper_daemonizes_logs_and_records_a_pid_file() {
         .env("MSFS_LOG_DIR", &setup.logs)
         .output()
         .expect("run mount.msfs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(is_mounted(&setup.mountpoint));
     assert_eq!(read_hello(&setup.mountpoint, "data"), "hello\n");
     let pid_text = std::fs::read_dir(&setup.logs)
@@ -193,7 +227,10 @@ fn mount_helper_daemonizes_logs_and_records_a_pid_file() {
         .find(|p| p.extension().is_some_and(|e| e == "pid"))
         .map(|p| std::fs::read_to_string(p).expect("pid file"))
         .expect("pid file");
-    assert_eq!(pid_text.lines().nth(1), Some(setup.mountpoint.to_str().expect("utf-8")));
+    assert_eq!(
+        pid_text.lines().nth(1),
+        Some(setup.mountpoint.to_str().expect("utf-8"))
+    );
     unmount_and_wait(&setup);
 }
 
@@ -201,8 +238,11 @@ fn mount_helper_daemonizes_logs_and_records_a_pid_file() {
 fn mount_helper_reports_a_daemon_that_fails_to_start() {
     let garage = seeded_garage();
     let setup = helper_setup(&garage);
-    std::fs::write(&setup.config, "msfs_version: 1\nbackends:\n  - dir_name: x\n    backend_type: S3\n")
-        .expect("bad config");
+    std::fs::write(
+        &setup.config,
+        "msfs_version: 1\nbackends:\n  - dir_name: x\n    backend_type: S3\n",
+    )
+    .expect("bad config");
     let helper = setup.dir.path().join("mount.msfs");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_msfs"), &helper).expect("symlink");
     let out = Command::new(&helper)
@@ -229,7 +269,8 @@ impl SbinHelper {
         if path.exists() {
             return SbinHelper { installed: false };
         }
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_msfs"), path).expect("install /sbin/mount.msfs");
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_msfs"), path)
+            .expect("install /sbin/mount.msfs");
         SbinHelper { installed: true }
     }
 }
@@ -264,7 +305,11 @@ fn mount_t_msfs_and_an_fstab_line_mount_through_the_helper() {
     let fstab = setup.dir.path().join("fstab");
     std::fs::write(
         &fstab,
-        format!("{} {} msfs defaults,_netdev,noauto 0 0\n", setup.config.display(), setup.mountpoint.display()),
+        format!(
+            "{} {} msfs defaults,_netdev,noauto 0 0\n",
+            setup.config.display(),
+            setup.mountpoint.display()
+        ),
     )
     .expect("fstab");
     let status = Command::new("mount")
@@ -288,7 +333,10 @@ fn a_dead_daemons_mountpoint_can_be_mounted_again() {
     let mountpoint = first.path().to_path_buf();
     let config_path = first.config_path().to_path_buf();
     first.stop_with_signal(libc::SIGKILL);
-    assert!(is_mounted(&mountpoint), "SIGKILL leaves the dead mount behind");
+    assert!(
+        is_mounted(&mountpoint),
+        "SIGKILL leaves the dead mount behind"
+    );
     let mut again = Command::new(env!("CARGO_BIN_EXE_msfs"))
         .arg("mount")
         .arg(&config_path)
@@ -303,6 +351,9 @@ fn a_dead_daemons_mountpoint_can_be_mounted_again() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(content.as_deref(), Some("hello\n"));
-    Command::new("umount").arg(&mountpoint).status().expect("umount");
+    Command::new("umount")
+        .arg(&mountpoint)
+        .status()
+        .expect("umount");
     assert!(again.wait().expect("wait").success());
 }

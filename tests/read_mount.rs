@@ -11,13 +11,18 @@ use std::process::Command;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use common::{Garage, MsfsMount, config_yaml, config_yaml_with, s3_backend_yaml};
+use futures::StreamExt;
 
 /// Deterministic bytes, different for each seed, so any range can be checked.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (state >> 33) as u8
         })
         .collect()
@@ -73,24 +78,46 @@ async fn every_byte_size_and_name_matches_the_bucket() {
     // find sees exactly the objects, with directories inferred from the keys.
     let found: BTreeSet<String> = run("find", &[root.to_str().expect("path"), "-type", "f"])
         .lines()
-        .map(|l| l.strip_prefix(&format!("{}/", root.display())).expect("under root").to_string())
+        .map(|l| {
+            l.strip_prefix(&format!("{}/", root.display()))
+                .expect("under root")
+                .to_string()
+        })
         .collect();
     let expected: BTreeSet<String> = TREE.iter().map(|(k, _)| k.to_string()).collect();
     assert_eq!(found, expected);
-    let dirs = run("find", &[root.to_str().expect("path"), "-mindepth", "1", "-type", "d"]);
+    let dirs = run(
+        "find",
+        &[root.to_str().expect("path"), "-mindepth", "1", "-type", "d"],
+    );
     assert_eq!(dirs.lines().count(), 5, "a a/b a/b/c names big: {dirs}");
 
     let copy = tempfile::tempdir().expect("tempdir");
-    run("cp", &["-r", root.to_str().expect("path"), copy.path().to_str().expect("path")]);
+    run(
+        "cp",
+        &[
+            "-r",
+            root.to_str().expect("path"),
+            copy.path().to_str().expect("path"),
+        ],
+    );
     for (i, (key, len)) in TREE.iter().enumerate() {
         let path = root.join(key);
         let want = pattern(*len, i as u64);
         // stat: size from S3
-        assert_eq!(std::fs::metadata(&path).expect("stat").len(), *len as u64, "{key}");
+        assert_eq!(
+            std::fs::metadata(&path).expect("stat").len(),
+            *len as u64,
+            "{key}"
+        );
         // cat / read: every byte
         assert_eq!(std::fs::read(&path).expect("read"), want, "{key}");
         // cp -r copied the same bytes
-        assert_eq!(std::fs::read(copy.path().join("data").join(key)).expect("copy"), want, "{key}");
+        assert_eq!(
+            std::fs::read(copy.path().join("data").join(key)).expect("copy"),
+            want,
+            "{key}"
+        );
         // md5sum through the mount equals md5sum of the original bytes
         let local = copy.path().join("original");
         std::fs::write(&local, &want).expect("write");
@@ -98,7 +125,10 @@ async fn every_byte_size_and_name_matches_the_bucket() {
     }
     // ls -lR shows every name, including spaces and unicode.
     let listing = run("ls", &["-lR", root.to_str().expect("path")]);
-    assert!(listing.contains("with space.txt") && listing.contains("ünïcödé ✓.txt"), "{listing}");
+    assert!(
+        listing.contains("with space.txt") && listing.contains("ünïcödé ✓.txt"),
+        "{listing}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,7 +181,10 @@ async fn dd_reads_exact_ranges_across_the_one_gib_boundary() {
             .send()
             .await
             .expect("copy part");
-        let etag = copied.copy_part_result().and_then(|r| r.e_tag()).expect("etag");
+        let etag = copied
+            .copy_part_result()
+            .and_then(|r| r.e_tag())
+            .expect("etag");
         parts.push(CompletedPart::builder().part_number(n).e_tag(etag).build());
     }
     let tail = pattern(TAIL, 2);
@@ -165,13 +198,22 @@ async fn dd_reads_exact_ranges_across_the_one_gib_boundary() {
         .send()
         .await
         .expect("tail part");
-    parts.push(CompletedPart::builder().part_number(17).e_tag(last.e_tag().expect("etag")).build());
+    parts.push(
+        CompletedPart::builder()
+            .part_number(17)
+            .e_tag(last.e_tag().expect("etag"))
+            .build(),
+    );
     client
         .complete_multipart_upload()
         .bucket("huge")
         .key("big")
         .upload_id(id)
-        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(parts))
+                .build(),
+        )
         .send()
         .await
         .expect("complete");
@@ -185,15 +227,24 @@ async fn dd_reads_exact_ranges_across_the_one_gib_boundary() {
 
     let mount = mount_one(&garage, "huge", "");
     let path = mount.path().join("data/big");
-    assert_eq!(std::fs::metadata(&path).expect("stat").len(), GIB + TAIL as u64);
+    assert_eq!(
+        std::fs::metadata(&path).expect("stat").len(),
+        GIB + TAIL as u64
+    );
 
     // One read straddling the boundary.
     let file = std::fs::File::open(&path).expect("open");
     let start = GIB - (1 << 20);
     let mut buf = vec![0u8; 2 << 20];
-    file.read_exact_at(&mut buf, start).expect("read across 1 GiB");
+    file.read_exact_at(&mut buf, start)
+        .expect("read across 1 GiB");
     for (i, byte) in buf.iter().enumerate() {
-        assert_eq!(*byte, expected_at(start + i as u64), "offset {}", start + i as u64);
+        assert_eq!(
+            *byte,
+            expected_at(start + i as u64),
+            "offset {}",
+            start + i as u64
+        );
     }
     // dd of the last 4 KiB blocks, past 1 GiB, as a user would.
     let out = Command::new("dd")
@@ -228,9 +279,10 @@ async fn a_directory_of_more_than_a_thousand_objects_lists_completely() {
                 .expect("put");
         }
     });
-    for batch in puts.collect::<Vec<_>>().chunks_mut(64) {
-        futures::future::join_all(batch.iter_mut()).await;
-    }
+    futures::stream::iter(puts)
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
     let mount = mount_one(&garage, "wide", "");
     let names: BTreeSet<String> = std::fs::read_dir(mount.path().join("data/many"))
         .expect("readdir")
@@ -249,8 +301,12 @@ async fn two_backends_are_sibling_directories_and_prefixes_are_hidden() {
     garage.create_bucket("first");
     garage.create_bucket("second");
     garage.put_object("first", "f.txt", b"first".to_vec()).await;
-    garage.put_object("second", "datasets/train/x.txt", b"x".to_vec()).await;
-    garage.put_object("second", "outside.txt", b"no".to_vec()).await;
+    garage
+        .put_object("second", "datasets/train/x.txt", b"x".to_vec())
+        .await;
+    garage
+        .put_object("second", "outside.txt", b"no".to_vec())
+        .await;
     let config = config_yaml(&[
         s3_backend_yaml("one", "first", "", &garage),
         s3_backend_yaml("two", "second", "datasets/", &garage),
@@ -260,9 +316,18 @@ async fn two_backends_are_sibling_directories_and_prefixes_are_hidden() {
         .expect("readdir")
         .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
         .collect();
-    assert_eq!(roots, BTreeSet::from(["one".to_string(), "two".to_string()]));
-    assert_eq!(std::fs::read(mount.path().join("one/f.txt")).expect("read"), b"first");
-    assert_eq!(std::fs::read(mount.path().join("two/train/x.txt")).expect("read"), b"x");
+    assert_eq!(
+        roots,
+        BTreeSet::from(["one".to_string(), "two".to_string()])
+    );
+    assert_eq!(
+        std::fs::read(mount.path().join("one/f.txt")).expect("read"),
+        b"first"
+    );
+    assert_eq!(
+        std::fs::read(mount.path().join("two/train/x.txt")).expect("read"),
+        b"x"
+    );
     assert!(!mount.path().join("two/outside.txt").exists());
 }
 
@@ -272,7 +337,9 @@ async fn a_directory_marker_object_is_a_directory_not_a_file() {
     garage.create_bucket("markers");
     garage.put_object("markers", "empty-dir/", Vec::new()).await;
     garage.put_object("markers", "full/", Vec::new()).await;
-    garage.put_object("markers", "full/inside", b"i".to_vec()).await;
+    garage
+        .put_object("markers", "full/inside", b"i".to_vec())
+        .await;
     let mount = mount_one(&garage, "markers", "");
     assert!(mount.path().join("data/empty-dir").is_dir());
     let inside: Vec<_> = std::fs::read_dir(mount.path().join("data/full"))
@@ -280,33 +347,60 @@ async fn a_directory_marker_object_is_a_directory_not_a_file() {
         .map(|e| e.expect("entry").file_name())
         .collect();
     assert_eq!(inside, ["inside"]);
-    assert_eq!(std::fs::read_dir(mount.path().join("data/empty-dir")).expect("readdir").count(), 0);
+    assert_eq!(
+        std::fs::read_dir(mount.path().join("data/empty-dir"))
+            .expect("readdir")
+            .count(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_are_refused_as_read_only() {
     let garage = Garage::start();
-    garage.create_bucket("ro");
-    garage.put_object("ro", "f", b"keep".to_vec()).await;
-    let mount = mount_one(&garage, "ro", "");
+    garage.create_bucket("read-only");
+    garage.put_object("read-only", "f", b"keep".to_vec()).await;
+    let mount = mount_one(&garage, "read-only", "");
     let root = mount.path().join("data");
     let erofs = Some(libc::EROFS);
-    assert_eq!(std::fs::write(root.join("new"), b"x").map_err(|e| e.raw_os_error()).err(), Some(erofs));
-    assert_eq!(std::fs::remove_file(root.join("f")).map_err(|e| e.raw_os_error()).err(), Some(erofs));
-    assert_eq!(std::fs::create_dir(root.join("d")).map_err(|e| e.raw_os_error()).err(), Some(erofs));
-    assert_eq!(garage.get_object("ro", "f").await, b"keep");
+    assert_eq!(
+        std::fs::write(root.join("new"), b"x")
+            .map_err(|e| e.raw_os_error())
+            .err(),
+        Some(erofs)
+    );
+    assert_eq!(
+        std::fs::remove_file(root.join("f"))
+            .map_err(|e| e.raw_os_error())
+            .err(),
+        Some(erofs)
+    );
+    assert_eq!(
+        std::fs::create_dir(root.join("d"))
+            .map_err(|e| e.raw_os_error())
+            .err(),
+        Some(erofs)
+    );
+    assert_eq!(garage.get_object("read-only", "f").await, b"keep");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_object_is_read_afresh_once_the_ttl_passes() {
     let garage = Garage::start();
     garage.create_bucket("change");
-    garage.put_object("change", "f", b"old contents".to_vec()).await;
-    let config = config_yaml_with("entry_attr_ttl: 200\n", &[s3_backend_yaml("data", "change", "", &garage)]);
+    garage
+        .put_object("change", "f", b"old contents".to_vec())
+        .await;
+    let config = config_yaml_with(
+        "entry_attr_ttl: 200\n",
+        &[s3_backend_yaml("data", "change", "", &garage)],
+    );
     let mount = MsfsMount::start(&config, "yaml").expect("mount");
     let path = mount.path().join("data/f");
     assert_eq!(std::fs::read(&path).expect("read"), b"old contents");
-    garage.put_object("change", "f", b"new, longer contents".to_vec()).await;
+    garage
+        .put_object("change", "f", b"new, longer contents".to_vec())
+        .await;
     std::thread::sleep(std::time::Duration::from_millis(600));
     assert_eq!(std::fs::read(&path).expect("read"), b"new, longer contents");
 }

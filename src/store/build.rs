@@ -37,9 +37,18 @@ pub async fn open_store(backend: &BackendConfig) -> Result<Arc<dyn ObjectStore>,
     }
 }
 
-/// The endpoint a flavour talks to when the config names none (`None`: AWS's regional one).
+/// The S3 endpoint a flavour talks to (`None`: AWS's regional one). AIStore serves its S3 API
+/// under `/s3` of the cluster endpoint the config names.
 fn effective_endpoint(s3: &S3Config) -> Option<String> {
     match (&s3.endpoint, &s3.flavor) {
+        (Some(endpoint), S3Flavor::AIStore) => {
+            let base = endpoint.trim_end_matches('/');
+            Some(if base.ends_with("/s3") {
+                base.to_string()
+            } else {
+                format!("{base}/s3")
+            })
+        }
         (Some(endpoint), _) => Some(endpoint.clone()),
         (None, S3Flavor::Gcs) => Some(GCS_ENDPOINT.to_string()),
         (None, _) => None,
@@ -57,6 +66,16 @@ async fn open_s3(bucket: &str, s3: &S3Config) -> Result<S3Store, StoreError> {
     let region = profile_region(s3)
         .await
         .unwrap_or_else(|| Region::new(s3.region.clone()));
+    if s3
+        .aistore
+        .as_ref()
+        .is_some_and(|a| a.authn_token.is_some() || a.authn_token_file.is_some())
+    {
+        tracing::warn!(
+            "AIStore.authn_token is not sent yet: requests to an AIStore cluster with \
+             authentication enabled will be refused"
+        );
+    }
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .region(region)
         // Retries are ours (see store::retry), following the configured backoff.
@@ -160,4 +179,42 @@ async fn profile_region(s3: &S3Config) -> Option<Region> {
         .profile_name(&profile.name)
         .build();
     ProvideRegion::region(&provider).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{RetryConfig, S3Credentials};
+
+    fn s3(flavor: S3Flavor, endpoint: Option<&str>) -> S3Config {
+        S3Config {
+            flavor,
+            endpoint: endpoint.map(str::to_string),
+            region: "us-east-1".into(),
+            credentials: S3Credentials::Anonymous,
+            config_profile: None,
+            skip_tls_certificate_verify: false,
+            virtual_hosted_style: false,
+            retry: RetryConfig::default(),
+            aistore: None,
+            gcs_api_key: None,
+        }
+    }
+
+    #[test]
+    fn each_flavour_has_its_endpoint_default() {
+        assert_eq!(effective_endpoint(&s3(S3Flavor::Aws, None)), None);
+        assert_eq!(
+            effective_endpoint(&s3(S3Flavor::Gcs, None)).as_deref(),
+            Some("https://storage.googleapis.com")
+        );
+        assert_eq!(
+            effective_endpoint(&s3(S3Flavor::AIStore, Some("http://ais:51080/"))).as_deref(),
+            Some("http://ais:51080/s3")
+        );
+        assert_eq!(
+            effective_endpoint(&s3(S3Flavor::AIStore, Some("http://ais:51080/s3"))).as_deref(),
+            Some("http://ais:51080/s3")
+        );
+    }
 }

@@ -6,24 +6,32 @@
 
 use std::sync::Arc;
 
-use crate::cache::{DirectReader, ObjectReader};
+use crate::cache::{CacheError, DirectReader, LineCache, ObjectReader};
+use crate::config::CacheConfig;
 
 #[derive(Clone)]
 pub struct Engines {
-    /// Where object bytes come from.
+    /// Where object bytes come from: the line cache in a daemon.
     pub reader: Arc<dyn ObjectReader>,
+    /// The same cache, for its counters and the write engine's hooks (`None` when uncached).
+    pub cache: Option<Arc<LineCache>>,
 }
 
 impl Engines {
-    pub fn new() -> Engines {
+    /// The engines of a process, sized by its configuration.
+    pub fn from_config(cache: &CacheConfig) -> Result<Engines, CacheError> {
+        let cache = LineCache::new(cache)?;
+        Ok(Engines {
+            reader: cache.clone(),
+            cache: Some(cache),
+        })
+    }
+
+    /// Every read goes straight to the store; for tests of the layers above the cache.
+    pub fn uncached() -> Engines {
         Engines {
             reader: Arc::new(DirectReader),
+            cache: None,
         }
-    }
-}
-
-impl Default for Engines {
-    fn default() -> Self {
-        Engines::new()
     }
 }

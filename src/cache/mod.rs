@@ -1,9 +1,21 @@
 //! The read seam between the filesystem and object data.
 //!
 //! `fs` never fetches object bytes itself: it asks an [`ObjectReader`] for a byte range of one
-//! exact object version (key + ETag). Today the only reader is [`DirectReader`], one ranged GET
-//! per request; the node-wide line cache plugs in here as another `ObjectReader`, shared by every
-//! mount through `Engines`, without `fs` changing.
+//! exact object version (key + ETag). [`DirectReader`] does one ranged GET per request and keeps
+//! nothing; [`LineCache`], the node-wide line cache, is the reader a process normally shares
+//! between all its mounts through `Engines`.
+
+mod error;
+mod line_cache;
+mod stats;
+mod storage;
+mod table;
+#[cfg(test)]
+mod tests;
+
+pub use error::CacheError;
+pub use line_cache::LineCache;
+pub use stats::CacheStats;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -25,11 +37,15 @@ pub struct ObjectVersion {
 pub trait ObjectReader: Send + Sync {
     /// Bytes `range` of `object` (clamped to its size). Never returns bytes of another version:
     /// if the object changed, fails with [`StoreError::Changed`].
+    ///
+    /// `sequential` is the caller's hint that this read continues a stream on the same open
+    /// handle; a caching reader reads ahead only then, so random readers cause no useless fetches.
     async fn read(
         &self,
         store: &Arc<dyn ObjectStore>,
         object: &ObjectVersion,
         range: Range<u64>,
+        sequential: bool,
     ) -> Result<Bytes, StoreError>;
 }
 
@@ -44,6 +60,7 @@ impl ObjectReader for DirectReader {
         store: &Arc<dyn ObjectStore>,
         object: &ObjectVersion,
         range: Range<u64>,
+        _sequential: bool,
     ) -> Result<Bytes, StoreError> {
         let end = range.end.min(object.size);
         if range.start >= end {

@@ -35,6 +35,8 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cache: {0}")]
+    Cache(#[source] crate::cache::CacheError),
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -46,7 +48,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         .thread_name("msfs-io")
         .build()
         .map_err(DaemonError::Runtime)?;
-    let engines = Engines::new();
+    let engines = Engines::from_config(&config.cache).map_err(DaemonError::Cache)?;
     let backends = runtime.block_on(open_backends(&config.backends))?;
     mountpoint::prepare(&mountpoint).map_err(DaemonError::Mountpoint)?;
 
@@ -57,6 +59,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         ttl: config.entry_attr_ttl,
     };
     let backend_count = backends.len();
+    let engines_cache = engines.cache.clone();
     let fs = Arc::new(Fs::new(options, engines, backends));
     let adapter = FuseAdapter::new(fs, runtime.handle().clone(), config.max_write);
     let mut session =
@@ -98,6 +101,9 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "FUSE session ended with an error"),
         Err(_) => tracing::error!("FUSE session thread panicked"),
+    }
+    if let Some(cache) = &engines_cache {
+        tracing::info!(stats = ?cache.stats(), "cache at unmount");
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");

@@ -9,6 +9,7 @@ mod backend;
 mod error;
 mod inode;
 mod listing;
+mod stream;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +27,7 @@ use crate::cache::ObjectVersion;
 use crate::engines::Engines;
 use crate::store::ObjectStore;
 use inode::{InodeTable, Node};
+use stream::SequentialDetector;
 
 pub type Result<T> = std::result::Result<T, FsError>;
 
@@ -72,6 +74,7 @@ struct FileHandle {
     store: Arc<dyn ObjectStore>,
     backend: String,
     version: ObjectVersion,
+    stream: SequentialDetector,
 }
 
 /// An open directory: a snapshot of its entries, so offsets stay stable while it is read.
@@ -280,6 +283,7 @@ impl Fs {
                 etag: meta.etag.clone(),
                 size: meta.size,
             },
+            stream: SequentialDetector::default(),
         };
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         lock(&self.files).insert(fh, Arc::new(handle));
@@ -292,9 +296,10 @@ impl Fs {
             .cloned()
             .ok_or(FsError::BadHandle(fh))?;
         let end = offset.saturating_add(u64::from(size));
+        let sequential = handle.stream.observe(offset, u64::from(size));
         self.engines
             .reader
-            .read(&handle.store, &handle.version, offset..end)
+            .read(&handle.store, &handle.version, offset..end, sequential)
             .await
             .map_err(|source| FsError::Store {
                 backend: handle.backend.clone(),

@@ -35,7 +35,7 @@ fn fixture(files: &[(&str, &[u8])]) -> Fixture {
     };
     Fixture {
         _dir: dir,
-        fs: Fs::new(options, Engines::new(), vec![backend]),
+        fs: Fs::new(options, Engines::uncached(), vec![backend]),
     }
 }
 

@@ -289,6 +289,18 @@ impl Garage {
         self.child.id()
     }
 
+    /// How many requests of one S3 API (e.g. `"GetObject"`) garage has served so far, from its
+    /// own metrics: what the backend really saw, whatever msfs believes it sent.
+    pub fn s3_requests(&self, api: &str) -> u64 {
+        let (status, body) = http_get(self.admin_port, "/metrics").expect("garage /metrics");
+        assert_eq!(status, 200, "garage /metrics: {body}");
+        let series = format!("api_s3_request_counter{{api_endpoint=\"{api}\"}}");
+        body.lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The last lines of garage's log, for failure messages.
     pub fn log_tail(&self) -> String {
         tail(&self.log_path, LOG_TAIL_LINES)
@@ -491,6 +503,11 @@ fn free_ports() -> [u16; 3] {
 
 /// The status code of `GET path` on a loopback port, or `None` if nothing answers.
 fn http_status(port: u16, path: &str) -> Option<u16> {
+    http_get(port, path).map(|(status, _)| status)
+}
+
+/// A plain HTTP/1.1 GET on 127.0.0.1: the status and the body.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
@@ -498,20 +515,19 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
         .set_write_timeout(Some(Duration::from_secs(2)))
         .ok()?;
     let request =
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).ok()?;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 256];
-    while !head.contains(&b'\n') {
-        let n = stream.read(&mut buf).ok()?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
+    // HTTP/1.0: the body comes unchunked, so metric lines arrive whole.
+    let mut response = Vec::new();
+    // A server that closes early still gave us its status line.
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
     // "HTTP/1.1 403 Forbidden"
-    let line = String::from_utf8_lossy(&head);
-    line.split_whitespace().nth(1)?.parse().ok()
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    Some((status, body))
 }
 
 /// Runs `cmd` with captured output, killing it (by its PID) after `timeout`.

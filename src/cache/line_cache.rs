@@ -1,0 +1,624 @@
+//! The line cache: one per process, shared by every mount and backend, serving object bytes out
+//! of fixed-size lines keyed by (store id, object key, ETag, line index).
+//!
+//! A read looks its lines up under one short lock. Clean lines are pinned and copied out; lines
+//! being fetched are pinned and waited for (single-flight: one fetch per line, however many
+//! readers want it); absent lines get a slot (a free one, or the least recently used clean line,
+//! evicted) and a fetch task of their own, spawned so that it completes and fills the slot even if
+//! the reader that started it goes away. A sequential reader also starts read-ahead fetches of
+//! the following lines without waiting for them. When every slot is pinned or being fetched the
+//! read is served straight from the store rather than waiting or exceeding capacity.
+//!
+//! The bookkeeping lives in [`super::table`], the bytes in one of the [`super::storage`] modes.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures::future::try_join_all;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+use super::error::{CacheError, duplicate, storage_error};
+use super::stats::{CacheStats, Counters, bump};
+use super::storage::{self, LineStorage, PrivateDir};
+use super::table::{Flight, Outcome, Pinned, Placement, SlotId, Table};
+use super::{ObjectReader, ObjectVersion};
+use crate::config::CacheConfig;
+use crate::store::{ObjectStore, StoreError};
+
+/// Read-ahead in flight across the whole cache is bounded to this many streams' worth of
+/// `cache_lines_to_prefetch`, and to half the lines, so that read-ahead can neither hold
+/// unbounded fetch buffers nor crowd demand reads out of the cache. A prefetch that finds the
+/// budget spent is skipped; the stream's next read asks again.
+const PREFETCH_STREAMS: u64 = 8;
+
+/// The node-wide line cache. Build one per process with [`LineCache::new`] and share the `Arc`.
+pub struct LineCache {
+    shared: Arc<Shared>,
+    /// Removed when the cache is dropped, even if a fetch task still holds `shared`: such a task
+    /// then fails to write its line and settles it as abandoned.
+    dir: PrivateDir,
+}
+
+/// What the cache's background fetches share with it.
+struct Shared {
+    line_size: u64,
+    lines: usize,
+    lines_to_prefetch: u64,
+    table: Mutex<Table>,
+    counters: Counters,
+    prefetch_budget: Arc<Semaphore>,
+    storage: Arc<dyn LineStorage>,
+}
+
+impl Shared {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // The table is consistent between calls (no method panics half-way on valid input), so a
+        // panic elsewhere while it was held does not make it unusable.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops the bytes of lines that left the table; outside the table lock.
+    fn release(&self, placements: impl IntoIterator<Item = Placement>) {
+        for placement in placements {
+            self.storage.release(&placement);
+        }
+    }
+
+    /// Bytes `range` of the object of line `line`, clamped to the object's end.
+    fn line_range(&self, size: u64, line: u64) -> Range<u64> {
+        let start = line.saturating_mul(self.line_size);
+        start..start.saturating_add(self.line_size).min(size)
+    }
+}
+
+impl LineCache {
+    /// Creates the cache and its private directory under `config.dir_path` (the system temp dir
+    /// when unset). Storage is reserved, not filled: untouched lines cost no memory or disk.
+    pub fn new(config: &CacheConfig) -> Result<Arc<LineCache>, CacheError> {
+        let geometry = |reason| CacheError::Geometry {
+            line_size: config.line_size,
+            lines: config.lines,
+            reason,
+        };
+        let line_size = usize::try_from(config.line_size)
+            .ok()
+            .filter(|size| *size > 0)
+            .ok_or(geometry("cache_line_size must be at least 1 byte"))?;
+        let lines = usize::try_from(config.lines)
+            .ok()
+            .filter(|lines| *lines > 0 && *lines < SlotId::MAX as usize)
+            .ok_or(geometry("cache_lines must be between 1 and 2^32 - 2"))?;
+        let parent = config.dir_path.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = PrivateDir::create(&parent)?;
+        let storage = storage::open(config.storage, dir.path(), line_size, lines)?;
+        let budget = config
+            .lines_to_prefetch
+            .saturating_mul(PREFETCH_STREAMS)
+            .min(lines as u64 / 2);
+        tracing::debug!(
+            dir = %dir.path().display(),
+            line_size,
+            lines,
+            storage = ?config.storage,
+            "line cache ready"
+        );
+        Ok(Arc::new(LineCache {
+            shared: Arc::new(Shared {
+                line_size: config.line_size,
+                lines,
+                lines_to_prefetch: config.lines_to_prefetch,
+                table: Mutex::new(Table::new(lines)),
+                counters: Counters::default(),
+                prefetch_budget: Arc::new(Semaphore::new(budget as usize)),
+                storage,
+            }),
+            dir,
+        }))
+    }
+
+    /// The private directory holding the cache's files; removed when the cache is dropped.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn line_size(&self) -> u64 {
+        self.shared.line_size
+    }
+
+    /// The capacity in lines.
+    pub fn lines(&self) -> usize {
+        self.shared.lines
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let resident = self.shared.table().resident() as u64;
+        self.shared.counters.snapshot(resident)
+    }
+
+    /// Drops every line of `key` in the store with id `store_id`, whatever its ETag. A fetch of
+    /// one of its lines that is still running completes for the readers already waiting on it
+    /// (their bytes are of the version they asked for) but never becomes a clean line.
+    pub fn invalidate(&self, store_id: &str, key: &str) {
+        let released = self.shared.table().invalidate(store_id, key);
+        self.shared.release(released);
+    }
+
+    /// Admits locally written bytes `offset..offset + bytes.len()` of `object` (as committed to
+    /// the store with id `store_id`) as clean lines: write-to-read promotion. Only lines the
+    /// bytes cover entirely are admitted (the last line of the object counts as covered up to
+    /// the object's end); lines already present are left alone. Admission goes in order and stops
+    /// at the first line no slot can be had for: it evicts clean lines but never pinned or inbound
+    /// ones. Returns how many lines were admitted.
+    ///
+    /// This writes into the cache's storage on the calling thread (a copy per line, or a
+    /// `pwrite` in per-inode-file mode): call it from the write engine's workers or
+    /// `spawn_blocking`, not from an async task.
+    pub fn admit(
+        &self,
+        store_id: &str,
+        object: &ObjectVersion,
+        offset: u64,
+        bytes: &[u8],
+    ) -> usize {
+        let shared = &self.shared;
+        let end = offset.saturating_add(bytes.len() as u64).min(object.size);
+        if object.etag.is_empty() || offset >= end {
+            return 0;
+        }
+        let name = (store_id, object.key.as_str(), object.etag.as_str());
+        let mut fills = Vec::new();
+        let mut evicted = Vec::new();
+        {
+            let mut table = shared.table();
+            let mut line = offset.div_ceil(shared.line_size);
+            loop {
+                let range = shared.line_range(object.size, line);
+                if range.start >= range.end || range.end > end {
+                    break;
+                }
+                if !table.contains(name.0, name.1, name.2, line) {
+                    let Some(claimed) = table.claim() else {
+                        break;
+                    };
+                    evicted.extend(claimed.evicted);
+                    let (tx, rx) = watch::channel(None);
+                    let placement = table.install(claimed.slot, name, line, rx, 0);
+                    fills.push((claimed.slot, placement, tx, range));
+                }
+                line += 1;
+            }
+        }
+        bump(&shared.counters.evictions, evicted.len() as u64);
+        shared.release(evicted);
+        let mut admitted = 0;
+        for (slot, placement, tx, range) in fills {
+            let fill = Fill::new(shared, slot, placement, tx, &object.key);
+            let data = &bytes[(range.start - offset) as usize..(range.end - offset) as usize];
+            if fill.store(data) {
+                admitted += 1;
+            }
+        }
+        admitted
+    }
+
+    /// Looks up the lines of `range` (non-empty, inside the object) under one lock, claiming and
+    /// starting fetches for absent ones (and read-ahead when `sequential`), and returns what each
+    /// line's part of the read is to be served from.
+    fn plan(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        range: Range<u64>,
+        sequential: bool,
+    ) -> Vec<Segment> {
+        let shared = &self.shared;
+        let ls = shared.line_size;
+        let first = range.start / ls;
+        let last = (range.end - 1) / ls;
+        let name = (store.id(), object.key.as_str(), object.etag.as_str());
+        let mut planned = Vec::new();
+        let mut fetches = Vec::new();
+        let mut evicted = Vec::new();
+        let (mut hits, mut waits, mut misses) = (0, 0, 0);
+        {
+            let mut table = shared.table();
+            for line in first..=last {
+                let line_range = shared.line_range(object.size, line);
+                let part = range.start.max(line_range.start)..range.end.min(line_range.end);
+                let found = match table.pin(name.0, name.1, name.2, line) {
+                    Some(Pinned::Ready(placement)) => {
+                        hits += 1;
+                        Some((placement, None))
+                    }
+                    Some(Pinned::Inbound(placement, flight)) => {
+                        waits += 1;
+                        Some((placement, Some(flight)))
+                    }
+                    None => table.claim().map(|claimed| {
+                        misses += 1;
+                        evicted.extend(claimed.evicted);
+                        let (tx, rx) = watch::channel(None);
+                        let placement = table.install(claimed.slot, name, line, rx.clone(), 1);
+                        fetches.push((claimed.slot, placement, tx, line_range.clone(), None));
+                        (placement, Some(rx))
+                    }),
+                };
+                planned.push(match found {
+                    Some((placement, flight)) => Planned::Line {
+                        placement,
+                        flight,
+                        offset: (part.start - line_range.start) as usize,
+                        part,
+                    },
+                    None => Planned::Direct(part),
+                });
+            }
+            if sequential && shared.lines_to_prefetch > 0 {
+                let object_last = (object.size - 1) / ls;
+                let ahead_last = last
+                    .saturating_add(shared.lines_to_prefetch)
+                    .min(object_last);
+                for line in last.saturating_add(1)..=ahead_last {
+                    if table.contains(name.0, name.1, name.2, line) {
+                        continue;
+                    }
+                    let Ok(permit) = Arc::clone(&shared.prefetch_budget).try_acquire_owned() else {
+                        break;
+                    };
+                    let Some(claimed) = table.claim() else {
+                        break;
+                    };
+                    evicted.extend(claimed.evicted);
+                    let (tx, rx) = watch::channel(None);
+                    let placement = table.install(claimed.slot, name, line, rx, 0);
+                    let line_range = shared.line_range(object.size, line);
+                    fetches.push((claimed.slot, placement, tx, line_range, Some(permit)));
+                }
+            }
+        }
+        let counters = &shared.counters;
+        bump(&counters.hits, hits);
+        bump(&counters.waits, waits);
+        bump(&counters.misses, misses);
+        bump(&counters.prefetches, fetches.len() as u64 - misses);
+        bump(&counters.evictions, evicted.len() as u64);
+        shared.release(evicted);
+        // Fetches start before anyone waits on them; demanded lines were pushed first.
+        for (slot, placement, tx, line_range, permit) in fetches {
+            let fill = Fill::new(shared, slot, placement, tx, &object.key);
+            spawn_fetch(Arc::clone(store), object, line_range, fill, permit);
+        }
+        planned
+            .into_iter()
+            .map(|planned| match planned {
+                Planned::Line {
+                    placement,
+                    flight,
+                    offset,
+                    part,
+                } => Segment::Line {
+                    pin: PinGuard {
+                        shared: Arc::clone(shared),
+                        slot: placement.slot as SlotId,
+                    },
+                    placement,
+                    flight,
+                    offset,
+                    part,
+                },
+                Planned::Direct(part) => Segment::Direct(part),
+            })
+            .collect()
+    }
+
+    /// One line's part of a read.
+    async fn serve(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        segment: Segment,
+    ) -> Result<Bytes, StoreError> {
+        let (pin, placement, flight, offset, part) = match segment {
+            Segment::Direct(part) => return self.direct(store, object, part).await,
+            Segment::Line {
+                pin,
+                placement,
+                flight,
+                offset,
+                part,
+            } => (pin, placement, flight, offset, part),
+        };
+        if let Some(mut flight) = flight {
+            let outcome = flight
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|outcome| outcome.clone());
+            match outcome {
+                Some(Outcome::Ready) => {}
+                Some(Outcome::Failed(error)) => return Err(duplicate(&error)),
+                Some(Outcome::Abandoned) | None => {
+                    drop(pin);
+                    return self.direct(store, object, part).await;
+                }
+            }
+        }
+        let len = (part.end - part.start) as usize;
+        self.copy_out(pin, placement, offset, len, &object.key)
+            .await
+    }
+
+    /// Copies `len` bytes at `offset` out of a pinned clean line, then unpins it.
+    async fn copy_out(
+        &self,
+        pin: PinGuard,
+        placement: Placement,
+        offset: usize,
+        len: usize,
+        key: &str,
+    ) -> Result<Bytes, StoreError> {
+        let copy = move |pin: PinGuard| {
+            let mut buf = vec![0; len];
+            let read = pin.shared.storage.read(&placement, offset, &mut buf);
+            // The pin is dropped only once the copy is done, even when the reader gave up on
+            // this future meanwhile: the slot cannot be reused under the copy.
+            drop(pin);
+            read.map(|()| buf)
+        };
+        let copied = if len <= self.shared.storage.inline_limit() {
+            copy(pin)
+        } else {
+            tokio::task::spawn_blocking(move || copy(pin))
+                .await
+                .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())))
+        };
+        match copied {
+            Ok(buf) => {
+                bump(&self.shared.counters.bytes_from_cache, len as u64);
+                Ok(Bytes::from(buf))
+            }
+            Err(e) => Err(storage_error("read from cache", key, e)),
+        }
+    }
+
+    /// Serves `part` straight from the store, uncached.
+    async fn direct(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        part: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        let counters = &self.shared.counters;
+        bump(&counters.uncached_reads, 1);
+        let etag = (!object.etag.is_empty()).then_some(object.etag.as_str());
+        let bytes = store.get_range(&object.key, part.clone(), etag).await?;
+        bump(&counters.bytes_from_backend, bytes.len() as u64);
+        exact_length(&object.key, bytes, part.end - part.start)
+    }
+
+    /// Holds a clean line pinned, as a reader copying out of it would.
+    #[cfg(test)]
+    pub(super) fn pin_line(
+        &self,
+        store_id: &str,
+        object: &ObjectVersion,
+        line: u64,
+    ) -> Option<impl Drop> {
+        let pinned = self
+            .shared
+            .table()
+            .pin(store_id, &object.key, &object.etag, line)?;
+        let placement = match pinned {
+            Pinned::Ready(placement) | Pinned::Inbound(placement, _) => placement,
+        };
+        Some(PinGuard {
+            shared: Arc::clone(&self.shared),
+            slot: placement.slot as SlotId,
+        })
+    }
+}
+
+impl std::fmt::Debug for LineCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineCache")
+            .field("dir", &self.dir.path())
+            .field("line_size", &self.shared.line_size)
+            .field("lines", &self.shared.lines)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ObjectReader for LineCache {
+    async fn read(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        range: Range<u64>,
+        sequential: bool,
+    ) -> Result<Bytes, StoreError> {
+        let end = range.end.min(object.size);
+        if range.start >= end {
+            return Ok(Bytes::new());
+        }
+        if object.etag.is_empty() {
+            // Without an ETag, cached bytes could not be told from a later version's.
+            return self.direct(store, object, range.start..end).await;
+        }
+        let segments = self.plan(store, object, range.start..end, sequential);
+        let mut parts =
+            try_join_all(segments.into_iter().map(|s| self.serve(store, object, s))).await?;
+        if parts.len() == 1 {
+            return Ok(parts.swap_remove(0));
+        }
+        let mut out = BytesMut::with_capacity((end - range.start) as usize);
+        for part in parts {
+            out.extend_from_slice(&part);
+        }
+        Ok(out.freeze())
+    }
+}
+
+/// A line's part of a read, as decided under the lock (no guards yet: nothing that locks on drop
+/// may be created while the lock is held).
+enum Planned {
+    Line {
+        placement: Placement,
+        flight: Option<Flight>,
+        offset: usize,
+        part: Range<u64>,
+    },
+    Direct(Range<u64>),
+}
+
+enum Segment {
+    /// Out of a pinned line, once its fetch (if `flight`) has completed.
+    Line {
+        pin: PinGuard,
+        placement: Placement,
+        flight: Option<Flight>,
+        /// Where `part` starts within the line.
+        offset: usize,
+        part: Range<u64>,
+    },
+    /// Straight from the store: no slot could be had.
+    Direct(Range<u64>),
+}
+
+/// One reader's pin on a slot; dropping it unpins (and frees the slot if it was detached).
+struct PinGuard {
+    shared: Arc<Shared>,
+    slot: SlotId,
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        let released = self.shared.table().unpin(self.slot);
+        self.shared.release(released);
+    }
+}
+
+/// The right to fill one inbound slot, and the duty to settle it: a `Fill` dropped unsettled
+/// (its task cancelled) frees the slot and sends its waiters to the store.
+struct Fill {
+    shared: Arc<Shared>,
+    slot: SlotId,
+    placement: Placement,
+    key: String,
+    tx: Option<watch::Sender<Option<Outcome>>>,
+}
+
+impl Fill {
+    fn new(
+        shared: &Arc<Shared>,
+        slot: SlotId,
+        placement: Placement,
+        tx: watch::Sender<Option<Outcome>>,
+        key: &str,
+    ) -> Fill {
+        Fill {
+            shared: Arc::clone(shared),
+            slot,
+            placement,
+            key: key.to_string(),
+            tx: Some(tx),
+        }
+    }
+
+    /// Writes the whole line into storage and marks it clean. A failed local write is counted
+    /// and abandons the line (waiters read from the store). Returns whether the line is clean.
+    fn store(mut self, data: &[u8]) -> bool {
+        match self.shared.storage.write(&self.placement, data) {
+            Ok(()) => {
+                self.settle(Outcome::Ready);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(key = %self.key, line = self.placement.line, error = %e,
+                    "cannot write a line into the cache; serving it uncached");
+                bump(&self.shared.counters.fetch_failures, 1);
+                self.settle(Outcome::Abandoned);
+                false
+            }
+        }
+    }
+
+    fn fail(mut self, error: StoreError) {
+        tracing::debug!(key = %self.key, line = self.placement.line, error = %error,
+            "line fetch failed");
+        bump(&self.shared.counters.fetch_failures, 1);
+        self.settle(Outcome::Failed(Arc::new(error)));
+    }
+
+    /// Updates the table first, then tells the waiters, so a waiter woken with `Ready` finds the
+    /// slot clean (and still pinned by itself).
+    fn settle(&mut self, outcome: Outcome) {
+        let Some(tx) = self.tx.take() else {
+            return;
+        };
+        let released = {
+            let mut table = self.shared.table();
+            match outcome {
+                Outcome::Ready => table.fill_succeeded(self.slot),
+                Outcome::Failed(_) | Outcome::Abandoned => table.fill_failed(self.slot),
+            }
+        };
+        self.shared.release(released);
+        tx.send_replace(Some(outcome));
+    }
+}
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        self.settle(Outcome::Abandoned);
+    }
+}
+
+/// Fetches one line in its own task, so it completes and fills the slot whoever waits for it.
+fn spawn_fetch(
+    store: Arc<dyn ObjectStore>,
+    object: &ObjectVersion,
+    range: Range<u64>,
+    fill: Fill,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    let key = object.key.clone();
+    let etag = object.etag.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let expected = range.end - range.start;
+        let fetched = store.get_range(&key, range, Some(&etag)).await;
+        if let Ok(bytes) = &fetched {
+            bump(&fill.shared.counters.bytes_from_backend, bytes.len() as u64);
+        }
+        match fetched.and_then(|bytes| exact_length(&key, bytes, expected)) {
+            Err(error) => fill.fail(error),
+            Ok(bytes) if bytes.len() <= fill.shared.storage.inline_limit() => {
+                fill.store(&bytes);
+            }
+            Ok(bytes) => {
+                // A whole line is up to `cache_line_size` of copying or disk writes. If the
+                // blocking task never runs, dropping it drops `fill`, which settles the slot.
+                let _ = tokio::task::spawn_blocking(move || fill.store(&bytes)).await;
+            }
+        }
+    });
+}
+
+/// `bytes` if it is exactly `expected` long: the range asked for was already clamped to the
+/// object's size, so anything shorter was cut short and must not be cached as the whole line.
+fn exact_length(key: &str, bytes: Bytes, expected: u64) -> Result<Bytes, StoreError> {
+    if bytes.len() as u64 == expected {
+        Ok(bytes)
+    } else {
+        Err(StoreError::Truncated {
+            op: "get",
+            key: key.to_string(),
+            got: bytes.len() as u64,
+            expected,
+        })
+    }
+}

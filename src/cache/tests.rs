@@ -1,0 +1,822 @@
+//! Line cache behaviour, run against the local-directory store through a wrapper that counts,
+//! holds back, cuts short or fails GETs. Every storage mode runs the same suite.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::{CacheError, LineCache, ObjectReader, ObjectVersion};
+use crate::config::{CacheConfig, CacheStorage};
+use crate::store::{CompletedPart, FileStore, ListPage, ObjectMeta, ObjectStore, PutResult};
+use crate::store::{Result as StoreResult, StoreError};
+
+const LINE: u64 = 4096;
+
+/// The byte at `offset` of the object written with `seed`: never periodic in the line size.
+fn pattern(seed: u8, offset: u64) -> u8 {
+    (offset % 251) as u8 ^ seed
+}
+
+fn patterned(seed: u8, len: u64) -> Vec<u8> {
+    (0..len).map(|o| pattern(seed, o)).collect()
+}
+
+/// A store that forwards to a [`FileStore`], records every GET, and on request holds GETs of
+/// some keys until the gate opens, fails the next GETs of a key, or cuts their bodies short.
+#[derive(Debug)]
+struct TestStore {
+    inner: FileStore,
+    id: String,
+    gets: Mutex<Vec<(String, Range<u64>)>>,
+    held: Mutex<HashSet<String>>,
+    gate: watch::Sender<bool>,
+    /// How many held GETs have reached the gate.
+    arrived: watch::Sender<usize>,
+    failures: Mutex<HashMap<String, u32>>,
+    short: Mutex<HashSet<String>>,
+}
+
+impl TestStore {
+    fn new(root: &std::path::Path, id: &str) -> Arc<TestStore> {
+        Arc::new(TestStore {
+            inner: FileStore::new(root.to_path_buf()).expect("file store"),
+            id: id.to_string(),
+            gets: Mutex::default(),
+            held: Mutex::default(),
+            gate: watch::channel(false).0,
+            arrived: watch::channel(0).0,
+            failures: Mutex::default(),
+            short: Mutex::default(),
+        })
+    }
+
+    fn gets(&self) -> Vec<(String, Range<u64>)> {
+        self.gets.lock().expect("gets").clone()
+    }
+
+    fn gets_of(&self, key: &str) -> usize {
+        self.gets().iter().filter(|(k, _)| k == key).count()
+    }
+
+    fn hold(&self, key: &str) {
+        self.held.lock().expect("held").insert(key.to_string());
+    }
+
+    fn open_gate(&self) {
+        self.gate.send_replace(true);
+    }
+
+    async fn until_arrived(&self, n: usize) {
+        let mut arrived = self.arrived.subscribe();
+        arrived.wait_for(|a| *a >= n).await.expect("store alive");
+    }
+
+    fn fail_next(&self, key: &str, times: u32) {
+        self.failures
+            .lock()
+            .expect("failures")
+            .insert(key.to_string(), times);
+    }
+}
+
+#[async_trait]
+impl ObjectStore for TestStore {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        self.inner.head(key).await
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        etag: Option<&str>,
+    ) -> StoreResult<Bytes> {
+        self.gets
+            .lock()
+            .expect("gets")
+            .push((key.to_string(), range.clone()));
+        if self.held.lock().expect("held").contains(key) {
+            self.arrived.send_modify(|a| *a += 1);
+            let mut gate = self.gate.subscribe();
+            gate.wait_for(|open| *open).await.expect("store alive");
+        }
+        let fail = match self.failures.lock().expect("failures").get_mut(key) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        };
+        if fail {
+            return Err(StoreError::Unreachable {
+                op: "get",
+                key: key.to_string(),
+                endpoint: "test".into(),
+                message: "injected failure".into(),
+            });
+        }
+        let body = self.inner.get_range(key, range, etag).await?;
+        if self.short.lock().expect("short").contains(key) && !body.is_empty() {
+            return Ok(body.slice(..body.len() - 1));
+        }
+        Ok(body)
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        continuation: Option<String>,
+        max_keys: Option<u32>,
+    ) -> StoreResult<ListPage> {
+        self.inner
+            .list(prefix, delimiter, continuation, max_keys)
+            .await
+    }
+
+    async fn put(&self, key: &str, body: Bytes) -> StoreResult<PutResult> {
+        self.inner.put(key, body).await
+    }
+
+    async fn create_multipart(&self, key: &str) -> StoreResult<String> {
+        self.inner.create_multipart(key).await
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> StoreResult<CompletedPart> {
+        self.inner
+            .upload_part(key, upload_id, part_number, body)
+            .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        source_key: &str,
+        range: Range<u64>,
+    ) -> StoreResult<CompletedPart> {
+        self.inner
+            .upload_part_copy(key, upload_id, part_number, source_key, range)
+            .await
+    }
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletedPart],
+    ) -> StoreResult<PutResult> {
+        self.inner.complete_multipart(key, upload_id, parts).await
+    }
+
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
+        self.inner.abort_multipart(key, upload_id).await
+    }
+
+    async fn copy(&self, source_key: &str, dest_key: &str) -> StoreResult<PutResult> {
+        self.inner.copy(source_key, dest_key).await
+    }
+
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        self.inner.delete(key).await
+    }
+
+    async fn delete_many(&self, keys: &[String]) -> StoreResult<()> {
+        self.inner.delete_many(keys).await
+    }
+}
+
+/// A cache of `lines` lines of [`LINE`] bytes over a test store of patterned objects.
+struct Fixture {
+    data: tempfile::TempDir,
+    _cache_parent: tempfile::TempDir,
+    test_store: Arc<TestStore>,
+    store: Arc<dyn ObjectStore>,
+    cache: Arc<LineCache>,
+}
+
+fn config(storage: CacheStorage, lines: u64, prefetch: u64, dir: &std::path::Path) -> CacheConfig {
+    CacheConfig {
+        storage,
+        line_size: LINE,
+        lines,
+        lines_to_prefetch: prefetch,
+        dir_path: Some(dir.to_path_buf()),
+        write_cache_promotion: false,
+    }
+}
+
+impl Fixture {
+    fn new(storage: CacheStorage, lines: u64, prefetch: u64) -> Fixture {
+        let data = tempfile::tempdir().expect("data dir");
+        let cache_parent = tempfile::tempdir().expect("cache parent");
+        let test_store = TestStore::new(data.path(), "test-store");
+        let cache =
+            LineCache::new(&config(storage, lines, prefetch, cache_parent.path())).expect("cache");
+        Fixture {
+            data,
+            _cache_parent: cache_parent,
+            store: test_store.clone(),
+            test_store,
+            cache,
+        }
+    }
+
+    /// Writes object `key` of `len` patterned bytes and returns its version.
+    async fn object(&self, key: &str, len: u64, seed: u8) -> ObjectVersion {
+        std::fs::write(self.data.path().join(key), patterned(seed, len)).expect("write object");
+        self.version(key).await
+    }
+
+    async fn version(&self, key: &str) -> ObjectVersion {
+        let meta = self
+            .store
+            .head(key)
+            .await
+            .expect("head")
+            .expect("object exists");
+        ObjectVersion {
+            key: meta.key,
+            etag: meta.etag,
+            size: meta.size,
+        }
+    }
+
+    async fn read(&self, object: &ObjectVersion, range: Range<u64>) -> Result<Bytes, StoreError> {
+        self.cache.read(&self.store, object, range, false).await
+    }
+
+    async fn read_sequential(&self, object: &ObjectVersion, range: Range<u64>) -> Bytes {
+        self.cache
+            .read(&self.store, object, range, true)
+            .await
+            .expect("sequential read")
+    }
+
+    /// Reads `range` and checks it against the pattern of `seed`.
+    async fn check(&self, object: &ObjectVersion, range: Range<u64>, seed: u8) {
+        let got = self.read(object, range.clone()).await.expect("read");
+        let end = range.end.min(object.size);
+        let want: Vec<u8> = (range.start..end.max(range.start))
+            .map(|o| pattern(seed, o))
+            .collect();
+        assert!(
+            got[..] == want[..],
+            "bytes {range:?} of {} differ from the pattern",
+            object.key
+        );
+    }
+}
+
+/// Waits (without any deadline) until `done` holds; what is awaited happens in other tasks.
+async fn until(mut done: impl FnMut() -> bool) {
+    while !done() {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+/// The seed of a randomized test: `MSFS_TEST_SEED` if set, else a fresh one.
+fn seed() -> u64 {
+    match std::env::var("MSFS_TEST_SEED") {
+        Ok(s) => s.parse().expect("MSFS_TEST_SEED is a number"),
+        Err(_) => std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8),
+    }
+}
+
+/// xorshift64*: enough randomness for offsets, reproducible from the seed.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+macro_rules! in_every_mode {
+    ($($test:ident),* $(,)?) => {
+        in_every_mode!(@mode ram, Ram; $($test),*);
+        in_every_mode!(@mode mapped_file, MappedFile; $($test),*);
+        in_every_mode!(@mode per_inode_file, PerInodeFile; $($test),*);
+    };
+    (@mode $module:ident, $storage:ident; $($test:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(crate::config::CacheStorage::$storage).await;
+                }
+            )*
+        }
+    };
+}
+
+in_every_mode!(
+    reads_at_any_offset_and_length_return_the_object_bytes,
+    concurrent_overlapping_reads_fetch_each_line_once,
+    working_set_larger_than_capacity_is_served_within_capacity,
+    concurrent_readers_of_a_working_set_larger_than_capacity_get_exact_bytes,
+    changed_etag_is_never_served_from_old_lines,
+    failed_fetch_reaches_every_waiter_and_the_next_read_succeeds,
+    short_body_is_an_error_not_a_clean_line,
+    sequential_reads_prefetch_following_lines_up_to_the_object_end,
+    random_reads_do_not_prefetch,
+    read_with_every_slot_inbound_is_served_uncached,
+    read_with_every_slot_pinned_is_served_uncached,
+    invalidate_drops_every_line_of_the_key,
+    invalidated_inbound_line_serves_its_waiters_but_is_not_kept,
+    admit_inserts_fully_covered_lines_as_clean,
+    admit_never_evicts_pinned_or_inbound_lines,
+    stores_with_the_same_id_share_lines,
+    private_directory_is_removed_on_drop,
+);
+
+async fn reads_at_any_offset_and_length_return_the_object_bytes(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let size = 5 * LINE + 123;
+    let object = f.object("data", size, 7).await;
+    let ranges = [
+        0..1,
+        0..LINE,
+        LINE - 1..LINE + 1,
+        100..3 * LINE + 17,
+        2 * LINE..2 * LINE + 4000,
+        5 * LINE..size,
+        5 * LINE + 100..size + 1000,
+        0..size,
+        size - 1..size,
+    ];
+    // Cold, then warm: both must be exact.
+    for _ in 0..2 {
+        for range in ranges.clone() {
+            f.check(&object, range, 7).await;
+        }
+    }
+    assert!(
+        f.read(&object, size..size + 10)
+            .await
+            .expect("eof")
+            .is_empty()
+    );
+    let stats = f.cache.stats();
+    assert_eq!(stats.misses, 6, "{stats:?}");
+    assert!(stats.hits > 0 && stats.bytes_from_cache > 0, "{stats:?}");
+    assert_eq!(stats.bytes_from_backend, size, "{stats:?}");
+}
+
+async fn concurrent_overlapping_reads_fetch_each_line_once(storage: CacheStorage) {
+    let f = Arc::new(Fixture::new(storage, 64, 0));
+    let objects = [
+        f.object("a", 12 * LINE + 5, 1).await,
+        f.object("b", 9 * LINE, 2).await,
+    ];
+    let mut tasks = Vec::new();
+    for task in 0..24u64 {
+        let f = Arc::clone(&f);
+        let (object, seed) = if task.is_multiple_of(2) {
+            (objects[0].clone(), 1)
+        } else {
+            (objects[1].clone(), 2)
+        };
+        tasks.push(tokio::spawn(async move {
+            // Each task reads a different window that overlaps its neighbours'.
+            let start = (task * 1777) % object.size;
+            let end = start + 3 * LINE + task;
+            f.check(&object, start..end, seed).await;
+            f.check(&object, 0..object.size, seed).await;
+        }));
+    }
+    for task in tasks {
+        task.await.expect("reader task");
+    }
+    let gets = f.test_store.gets();
+    let distinct: HashSet<_> = gets.iter().cloned().collect();
+    assert_eq!(
+        gets.len(),
+        distinct.len(),
+        "a line was fetched twice: {gets:?}"
+    );
+    assert_eq!(gets.len(), 13 + 9, "{gets:?}");
+    assert_eq!(f.cache.stats().lines_resident, 22);
+}
+
+async fn working_set_larger_than_capacity_is_served_within_capacity(storage: CacheStorage) {
+    let seed = seed();
+    let f = Fixture::new(storage, 8, 0);
+    let size = 40 * LINE + 999;
+    let object = f.object("big", size, 3).await;
+    let mut state = seed | 1;
+    for _ in 0..300 {
+        let start = next(&mut state) % size;
+        let len = next(&mut state) % (2 * LINE);
+        let got = f.read(&object, start..start + len).await.expect("read");
+        let end = (start + len).min(size);
+        let want: Vec<u8> = (start..end).map(|o| pattern(3, o)).collect();
+        assert!(
+            got[..] == want[..],
+            "bytes {start}..{end} differ (MSFS_TEST_SEED={seed})"
+        );
+        let resident = f.cache.stats().lines_resident;
+        assert!(
+            resident <= 8,
+            "{resident} lines resident (MSFS_TEST_SEED={seed})"
+        );
+    }
+    let stats = f.cache.stats();
+    assert!(stats.evictions > 0, "{stats:?} (MSFS_TEST_SEED={seed})");
+    assert_eq!(stats.uncached_reads, 0, "{stats:?} (MSFS_TEST_SEED={seed})");
+}
+
+async fn concurrent_readers_of_a_working_set_larger_than_capacity_get_exact_bytes(
+    storage: CacheStorage,
+) {
+    let seed = seed();
+    let f = Arc::new(Fixture::new(storage, 8, 2));
+    let size = 24 * LINE + 77;
+    let object = f.object("shared-big", size, 9).await;
+    let readers: Vec<_> = (0..6u64)
+        .map(|reader| {
+            let f = Arc::clone(&f);
+            let object = object.clone();
+            tokio::spawn(async move {
+                let mut state = (seed ^ reader.wrapping_mul(0x9E37_79B9)) | 1;
+                for _ in 0..100 {
+                    let start = next(&mut state) % size;
+                    let len = next(&mut state) % (3 * LINE);
+                    let sequential = next(&mut state).is_multiple_of(2);
+                    let got = f
+                        .cache
+                        .read(&f.store, &object, start..start + len, sequential)
+                        .await
+                        .expect("read");
+                    let end = (start + len).min(size);
+                    let want: Vec<u8> = (start..end).map(|o| pattern(9, o)).collect();
+                    assert!(
+                        got[..] == want[..],
+                        "bytes {start}..{end} differ (MSFS_TEST_SEED={seed})"
+                    );
+                    let resident = f.cache.stats().lines_resident;
+                    assert!(resident <= 8, "{resident} resident (MSFS_TEST_SEED={seed})");
+                }
+            })
+        })
+        .collect();
+    for reader in readers {
+        reader.await.expect("reader task");
+    }
+    let stats = f.cache.stats();
+    assert!(stats.evictions > 0, "{stats:?} (MSFS_TEST_SEED={seed})");
+}
+
+async fn changed_etag_is_never_served_from_old_lines(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let old = f.object("obj", 3 * LINE, 10).await;
+    f.check(&old, 0..LINE, 10).await;
+    f.store
+        .put("obj", Bytes::from(patterned(20, 3 * LINE)))
+        .await
+        .expect("rewrite");
+    let new = f.version("obj").await;
+    assert_ne!(old.etag, new.etag);
+    f.check(&new, 0..3 * LINE, 20).await;
+    assert_eq!(f.test_store.gets_of("obj"), 4);
+    // A line the old version never cached cannot be fetched for it any more.
+    let stale = f.read(&old, LINE..2 * LINE).await;
+    assert!(
+        matches!(stale, Err(StoreError::Changed { .. })),
+        "{stale:?}"
+    );
+}
+
+async fn failed_fetch_reaches_every_waiter_and_the_next_read_succeeds(storage: CacheStorage) {
+    let f = Arc::new(Fixture::new(storage, 16, 0));
+    let object = f.object("flaky", 2 * LINE, 4).await;
+    f.test_store.hold("flaky");
+    f.test_store.fail_next("flaky", 1);
+    let readers: Vec<_> = (0..3u64)
+        .map(|i| {
+            let f = Arc::clone(&f);
+            let object = object.clone();
+            tokio::spawn(async move { f.read(&object, i * 10..LINE).await })
+        })
+        .collect();
+    f.test_store.until_arrived(1).await;
+    until(|| f.cache.stats().waits == 2).await;
+    f.test_store.open_gate();
+    for reader in readers {
+        let result = reader.await.expect("reader task");
+        assert!(
+            matches!(result, Err(StoreError::Unreachable { .. })),
+            "{result:?}"
+        );
+    }
+    let stats = f.cache.stats();
+    assert_eq!(stats.fetch_failures, 1, "{stats:?}");
+    assert_eq!(stats.lines_resident, 0, "{stats:?}");
+    f.check(&object, 0..LINE, 4).await;
+    assert_eq!(f.test_store.gets_of("flaky"), 2);
+    f.check(&object, 0..LINE, 4).await;
+    assert_eq!(
+        f.test_store.gets_of("flaky"),
+        2,
+        "the retried line is cached"
+    );
+}
+
+async fn short_body_is_an_error_not_a_clean_line(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let object = f.object("cut", 2 * LINE, 5).await;
+    f.test_store
+        .short
+        .lock()
+        .expect("short")
+        .insert("cut".into());
+    let result = f.read(&object, 0..10).await;
+    assert!(
+        matches!(result, Err(StoreError::Truncated { .. })),
+        "{result:?}"
+    );
+    assert_eq!(f.cache.stats().lines_resident, 0);
+    f.test_store.short.lock().expect("short").clear();
+    f.check(&object, 0..2 * LINE, 5).await;
+}
+
+async fn sequential_reads_prefetch_following_lines_up_to_the_object_end(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 3);
+    let object = f.object("stream", 5 * LINE - 10, 6).await;
+    f.read_sequential(&object, 0..LINE).await;
+    let stats = f.cache.stats();
+    assert_eq!((stats.misses, stats.prefetches), (1, 3), "{stats:?}");
+    // Lines 1..=3 are present or inbound, so only line 4 (the last) is read ahead.
+    f.read_sequential(&object, 2 * LINE..3 * LINE).await;
+    assert_eq!(f.cache.stats().prefetches, 4);
+    f.check(&object, 0..object.size, 6).await;
+    let stats = f.cache.stats();
+    assert_eq!(stats.misses, 1, "{stats:?}");
+    assert_eq!(f.test_store.gets_of("stream"), 5);
+}
+
+async fn random_reads_do_not_prefetch(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 3);
+    let object = f.object("random", 6 * LINE, 8).await;
+    f.check(&object, 0..LINE, 8).await;
+    f.check(&object, 3 * LINE..3 * LINE + 10, 8).await;
+    assert_eq!(f.test_store.gets_of("random"), 2);
+    f.check(&object, LINE..LINE + 1, 8).await;
+    let stats = f.cache.stats();
+    assert_eq!((stats.misses, stats.prefetches), (3, 0), "{stats:?}");
+}
+
+async fn read_with_every_slot_inbound_is_served_uncached(storage: CacheStorage) {
+    let f = Arc::new(Fixture::new(storage, 4, 0));
+    let held = f.object("held", 4 * LINE, 1).await;
+    let other = f.object("other", LINE, 2).await;
+    f.test_store.hold("held");
+    let readers: Vec<_> = (0..4u64)
+        .map(|line| {
+            let f = Arc::clone(&f);
+            let held = held.clone();
+            tokio::spawn(async move { f.check(&held, line * LINE..(line + 1) * LINE, 1).await })
+        })
+        .collect();
+    f.test_store.until_arrived(4).await;
+    f.check(&other, 0..LINE, 2).await;
+    let stats = f.cache.stats();
+    assert_eq!(stats.uncached_reads, 1, "{stats:?}");
+    assert_eq!(stats.lines_resident, 4, "{stats:?}");
+    f.test_store.open_gate();
+    for reader in readers {
+        reader.await.expect("reader task");
+    }
+    assert_eq!(f.cache.stats().evictions, 0);
+}
+
+async fn read_with_every_slot_pinned_is_served_uncached(storage: CacheStorage) {
+    let f = Fixture::new(storage, 4, 0);
+    let object = f.object("pinned", 5 * LINE, 3).await;
+    f.check(&object, 0..4 * LINE, 3).await;
+    let pins: Vec<_> = (0..4)
+        .map(|line| {
+            f.cache
+                .pin_line("test-store", &object, line)
+                .expect("cached")
+        })
+        .collect();
+    f.check(&object, 4 * LINE..5 * LINE, 3).await;
+    let stats = f.cache.stats();
+    assert_eq!((stats.uncached_reads, stats.evictions), (1, 0), "{stats:?}");
+    drop(pins);
+    f.check(&object, 4 * LINE..5 * LINE, 3).await;
+    let stats = f.cache.stats();
+    assert_eq!((stats.uncached_reads, stats.evictions), (1, 1), "{stats:?}");
+}
+
+async fn invalidate_drops_every_line_of_the_key(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let object = f.object("inv", 3 * LINE, 9).await;
+    let other = f.object("keep", LINE, 1).await;
+    f.check(&object, 0..3 * LINE, 9).await;
+    f.check(&other, 0..LINE, 1).await;
+    f.cache.invalidate("test-store", "inv");
+    f.cache.invalidate("another-store", "keep");
+    assert_eq!(f.cache.stats().lines_resident, 1);
+    f.check(&object, 0..3 * LINE, 9).await;
+    f.check(&other, 0..LINE, 1).await;
+    assert_eq!(f.test_store.gets_of("inv"), 6);
+    assert_eq!(f.test_store.gets_of("keep"), 1);
+}
+
+async fn invalidated_inbound_line_serves_its_waiters_but_is_not_kept(storage: CacheStorage) {
+    let f = Arc::new(Fixture::new(storage, 16, 0));
+    let object = f.object("moving", LINE, 4).await;
+    f.test_store.hold("moving");
+    let reader = {
+        let f = Arc::clone(&f);
+        let object = object.clone();
+        tokio::spawn(async move { f.check(&object, 0..LINE, 4).await })
+    };
+    f.test_store.until_arrived(1).await;
+    f.cache.invalidate("test-store", "moving");
+    f.test_store.open_gate();
+    reader.await.expect("reader task");
+    assert_eq!(f.cache.stats().lines_resident, 0);
+    f.check(&object, 0..LINE, 4).await;
+    assert_eq!(f.test_store.gets_of("moving"), 2);
+}
+
+async fn admit_inserts_fully_covered_lines_as_clean(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let size = 3 * LINE + 500;
+    let object = f.object("written", size, 12).await;
+    let bytes = patterned(12, size);
+    // From offset 100: line 0 is only partly covered; lines 1, 2 and the short last line are.
+    let admitted = f.cache.admit("test-store", &object, 100, &bytes[100..]);
+    assert_eq!(admitted, 3);
+    f.check(&object, LINE..size, 12).await;
+    assert_eq!(f.test_store.gets_of("written"), 0);
+    f.check(&object, 0..LINE, 12).await;
+    assert_eq!(f.test_store.gets_of("written"), 1);
+    // Lines already present are not admitted again.
+    assert_eq!(f.cache.admit("test-store", &object, 0, &bytes), 0);
+    // A line the bytes do not fully cover is not admitted.
+    let other = ObjectVersion {
+        etag: "\"other\"".into(),
+        ..object.clone()
+    };
+    assert_eq!(
+        f.cache
+            .admit("test-store", &other, 0, &bytes[..LINE as usize - 1]),
+        0
+    );
+}
+
+async fn admit_never_evicts_pinned_or_inbound_lines(storage: CacheStorage) {
+    let f = Arc::new(Fixture::new(storage, 4, 0));
+    let held = f.object("held", 2 * LINE, 1).await;
+    let pinned = f.object("pinned", 2 * LINE, 2).await;
+    let written = f.object("written", LINE, 3).await;
+    f.check(&pinned, 0..2 * LINE, 2).await;
+    let pins: Vec<_> = (0..2)
+        .map(|line| {
+            f.cache
+                .pin_line("test-store", &pinned, line)
+                .expect("cached")
+        })
+        .collect();
+    f.test_store.hold("held");
+    let reader = {
+        let f = Arc::clone(&f);
+        let held = held.clone();
+        tokio::spawn(async move { f.check(&held, 0..2 * LINE, 1).await })
+    };
+    f.test_store.until_arrived(2).await;
+    let admitted = f
+        .cache
+        .admit("test-store", &written, 0, &patterned(3, LINE));
+    assert_eq!(admitted, 0);
+    assert_eq!(f.cache.stats().evictions, 0);
+    f.test_store.open_gate();
+    reader.await.expect("reader task");
+    drop(pins);
+    let admitted = f
+        .cache
+        .admit("test-store", &written, 0, &patterned(3, LINE));
+    assert_eq!(admitted, 1);
+    f.check(&written, 0..LINE, 3).await;
+    assert_eq!(f.test_store.gets_of("written"), 0);
+}
+
+async fn stores_with_the_same_id_share_lines(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let object = f.object("shared", 2 * LINE, 5).await;
+    f.check(&object, 0..2 * LINE, 5).await;
+    let twin = TestStore::new(f.data.path(), "test-store");
+    let twin_dyn: Arc<dyn ObjectStore> = twin.clone();
+    let got = f
+        .cache
+        .read(&twin_dyn, &object, 0..2 * LINE, false)
+        .await
+        .expect("read through the twin");
+    assert_eq!(got[..], patterned(5, 2 * LINE)[..]);
+    assert!(twin.gets().is_empty(), "{:?}", twin.gets());
+    let stranger = TestStore::new(f.data.path(), "another-store");
+    let stranger_dyn: Arc<dyn ObjectStore> = stranger.clone();
+    f.cache
+        .read(&stranger_dyn, &object, 0..LINE, false)
+        .await
+        .expect("read through another store");
+    assert_eq!(stranger.gets().len(), 1);
+}
+
+async fn private_directory_is_removed_on_drop(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let object = f.object("file", 2 * LINE, 1).await;
+    f.check(&object, 0..2 * LINE, 1).await;
+    let dir = f.cache.dir().to_path_buf();
+    assert!(dir.is_dir());
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let prefix = format!("msfs-cache-{}-", std::process::id());
+    assert!(name.starts_with(&prefix), "{name}");
+    let Fixture {
+        cache,
+        _cache_parent,
+        ..
+    } = f;
+    drop(cache);
+    assert!(!dir.exists(), "{} still exists", dir.display());
+}
+
+#[tokio::test]
+async fn per_inode_file_is_removed_when_it_holds_no_lines() {
+    let f = Fixture::new(CacheStorage::PerInodeFile, 2, 0);
+    let a = f.object("a", 2 * LINE, 1).await;
+    let b = f.object("b", LINE, 2).await;
+    let files = |f: &Fixture| std::fs::read_dir(f.cache.dir()).expect("cache dir").count();
+    f.check(&a, 0..LINE, 1).await;
+    f.check(&a, LINE..2 * LINE, 1).await;
+    assert_eq!(files(&f), 1, "one file per object version");
+    // b evicts line 0 of a (punched out of a's file), which keeps line 1.
+    f.check(&b, 0..LINE, 2).await;
+    assert_eq!(files(&f), 2);
+    f.check(&a, LINE..2 * LINE, 1).await;
+    assert_eq!(f.test_store.gets_of("a"), 2, "line 1 of a stayed cached");
+    f.cache.invalidate("test-store", "a");
+    assert_eq!(files(&f), 1);
+    f.cache.invalidate("test-store", "b");
+    assert_eq!(files(&f), 0);
+}
+
+#[tokio::test]
+async fn objects_without_an_etag_are_served_uncached() {
+    let f = Fixture::new(CacheStorage::Ram, 16, 0);
+    let mut object = f.object("plain", LINE, 1).await;
+    object.etag.clear();
+    f.check(&object, 0..10, 1).await;
+    f.check(&object, 0..10, 1).await;
+    let stats = f.cache.stats();
+    assert_eq!(
+        (stats.uncached_reads, stats.lines_resident),
+        (2, 0),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn missing_cache_parent_directory_is_reported_with_its_path() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let missing = parent.path().join("not-there");
+    let error = LineCache::new(&config(CacheStorage::MappedFile, 16, 0, &missing))
+        .expect_err("no parent directory");
+    assert!(matches!(error, CacheError::CreateDir { .. }), "{error:?}");
+    assert!(error.to_string().contains("not-there"), "{error}");
+}
+
+#[test]
+fn impossible_geometry_is_refused() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(CacheStorage::Ram, 16, 0, parent.path());
+    cfg.line_size = 0;
+    let error = LineCache::new(&cfg).expect_err("zero line size");
+    assert!(matches!(error, CacheError::Geometry { .. }), "{error:?}");
+    cfg.line_size = u64::MAX / 2;
+    let error = LineCache::new(&cfg).expect_err("too large");
+    assert!(matches!(error, CacheError::Geometry { .. }), "{error:?}");
+    assert_eq!(
+        std::fs::read_dir(parent.path()).expect("parent").count(),
+        0,
+        "a failed setup leaves no directory behind"
+    );
+}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::cache::{CacheError, DirectReader, LineCache, ObjectReader};
 use crate::config::CacheConfig;
+use crate::telemetry::Metrics;
 
 #[derive(Clone)]
 pub struct Engines {
@@ -15,15 +16,20 @@ pub struct Engines {
     pub reader: Arc<dyn ObjectReader>,
     /// The same cache, for its counters and the write engine's hooks (`None` when uncached).
     pub cache: Option<Arc<LineCache>>,
+    /// The process's one metrics registry.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Engines {
     /// The engines of a process, sized by its configuration.
     pub fn from_config(cache: &CacheConfig) -> Result<Engines, CacheError> {
         let cache = LineCache::new(cache)?;
+        let metrics = Metrics::new();
+        metrics.observe_cache(cache.clone());
         Ok(Engines {
             reader: cache.clone(),
             cache: Some(cache),
+            metrics,
         })
     }
 
@@ -32,6 +38,7 @@ impl Engines {
         Engines {
             reader: Arc::new(DirectReader),
             cache: None,
+            metrics: Metrics::new(),
         }
     }
 }

@@ -11,3 +11,4 @@ pub mod engines;
 pub mod fs;
 pub mod fuse;
 pub mod store;
+pub mod telemetry;

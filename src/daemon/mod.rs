@@ -17,7 +17,8 @@ use crate::config::{BackendConfig, Config};
 use crate::engines::Engines;
 use crate::fs::{Backend, Fs, FsOptions};
 use crate::fuse::FuseAdapter;
-use crate::store::{StoreError, open_store};
+use crate::store::{InstrumentedStore, StoreError, open_store};
+use crate::telemetry::{Metrics, serve_metrics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -35,6 +36,8 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("metrics: {0}")]
+    Metrics(String),
     #[error("cache: {0}")]
     Cache(#[source] crate::cache::CacheError),
     #[error("cannot start the runtime: {0}")]
@@ -49,7 +52,18 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         .build()
         .map_err(DaemonError::Runtime)?;
     let engines = Engines::from_config(&config.cache).map_err(DaemonError::Cache)?;
-    let backends = runtime.block_on(open_backends(&config.backends))?;
+    let metrics = engines.metrics.clone();
+    let backends = runtime.block_on(open_backends(&config.backends, &metrics))?;
+    metrics.set_mounted_backends(backends.len());
+    // Held until the daemon exits; the endpoint stops with it.
+    let _metrics_server = match &config.metrics_endpoint {
+        Some(endpoint) => Some(
+            runtime
+                .block_on(serve_metrics(endpoint, metrics.clone()))
+                .map_err(DaemonError::Metrics)?,
+        ),
+        None => None,
+    };
     mountpoint::prepare(&mountpoint).map_err(DaemonError::Mountpoint)?;
 
     let options = FsOptions {
@@ -112,17 +126,27 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
 
 /// Opens every backend's store and checks, with one small LIST, that it answers with the
 /// configured credentials. All backends are checked concurrently.
-async fn open_backends(configs: &[BackendConfig]) -> Result<Vec<Arc<Backend>>, DaemonError> {
-    let opened = futures::future::join_all(configs.iter().map(open_backend)).await;
+async fn open_backends(
+    configs: &[BackendConfig],
+    metrics: &Arc<Metrics>,
+) -> Result<Vec<Arc<Backend>>, DaemonError> {
+    let opened = futures::future::join_all(configs.iter().map(|c| open_backend(c, metrics))).await;
     opened.into_iter().collect()
 }
 
-async fn open_backend(config: &BackendConfig) -> Result<Arc<Backend>, DaemonError> {
+async fn open_backend(
+    config: &BackendConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<Backend>, DaemonError> {
     let fail = |source| DaemonError::Backend {
         dir_name: config.dir_name.clone(),
         source,
     };
-    let store = open_store(config).await.map_err(fail)?;
+    let store = InstrumentedStore::wrap(
+        open_store(config).await.map_err(fail)?,
+        &config.dir_name,
+        metrics.clone(),
+    );
     store
         .list(&config.prefix, Some("/"), None, Some(1))
         .await

@@ -127,6 +127,10 @@ impl Fs {
         }
     }
 
+    pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
+        &self.engines.metrics
+    }
+
     pub fn ttl(&self) -> Duration {
         self.options.ttl
     }
@@ -297,14 +301,19 @@ impl Fs {
             .ok_or(FsError::BadHandle(fh))?;
         let end = offset.saturating_add(u64::from(size));
         let sequential = handle.stream.observe(offset, u64::from(size));
-        self.engines
+        let bytes = self
+            .engines
             .reader
             .read(&handle.store, &handle.version, offset..end, sequential)
             .await
             .map_err(|source| FsError::Store {
                 backend: handle.backend.clone(),
                 source,
-            })
+            })?;
+        self.engines
+            .metrics
+            .read_served(&handle.backend, bytes.len());
+        Ok(bytes)
     }
 
     pub fn release(&self, fh: u64) {

@@ -6,6 +6,7 @@
 
 use std::ffi::OsStr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -41,12 +42,19 @@ impl FuseAdapter {
         }
     }
 
-    /// Runs `work` on the runtime; the FUSE worker returns at once.
-    fn spawn<F>(&self, work: impl FnOnce(Arc<Fs>) -> F)
+    /// Runs `work` on the runtime and times it as FUSE operation `op`; the FUSE worker returns
+    /// at once.
+    fn spawn<F>(&self, op: &'static str, work: impl FnOnce(Arc<Fs>) -> F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.runtime.spawn(work(self.fs.clone()));
+        let started = Instant::now();
+        let fs = self.fs.clone();
+        let reply = work(self.fs.clone());
+        self.runtime.spawn(async move {
+            reply.await;
+            fs.metrics().fuse_request(op, started.elapsed());
+        });
     }
 }
 
@@ -110,7 +118,7 @@ impl Filesystem for FuseAdapter {
             reply.error(Errno::ENOENT); // no object key can hold a non-UTF-8 name
             return;
         };
-        self.spawn(move |fs| async move {
+        self.spawn("lookup", move |fs| async move {
             match fs.lookup(parent.0, &name).await {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
@@ -123,7 +131,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.spawn(move |fs| async move {
+        self.spawn("getattr", move |fs| async move {
             match fs.getattr(ino.0).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
                 Err(e) => reply.error(errno(&e)),
@@ -133,7 +141,7 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        self.spawn(move |fs| async move {
+        self.spawn("open", move |fs| async move {
             match fs.open(ino.0, write).await {
                 Ok((fh, keep_cache)) => {
                     let flags = if keep_cache {
@@ -159,7 +167,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(move |fs| async move {
+        self.spawn("read", move |fs| async move {
             match fs.read(fh.0, offset, size).await {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(errno(&e)),
@@ -182,7 +190,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn(move |fs| async move {
+        self.spawn("opendir", move |fs| async move {
             match fs.opendir(ino.0).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),
@@ -198,9 +206,11 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let started = Instant::now();
         let result = self.fs.readdir(fh.0, offset, false, |next, name, attr| {
             !reply.add(INodeNo(attr.ino), next, file_type(&attr), name)
         });
+        self.fs.metrics().fuse_request("readdir", started.elapsed());
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -215,6 +225,7 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let started = Instant::now();
         let ttl = self.fs.ttl();
         let result = self.fs.readdir(fh.0, offset, true, |next, name, attr| {
             !reply.add(
@@ -226,6 +237,9 @@ impl Filesystem for FuseAdapter {
                 Generation(0),
             )
         });
+        self.fs
+            .metrics()
+            .fuse_request("readdirplus", started.elapsed());
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),

@@ -82,6 +82,24 @@ impl StoreError {
         }
     }
 
+    /// A short, stable name for the kind of failure, for metric labels.
+    pub fn class(&self) -> &'static str {
+        match self {
+            StoreError::NotFound { .. } => "not_found",
+            StoreError::NoSuchBucket { .. } => "no_such_bucket",
+            StoreError::AccessDenied { .. } => "access_denied",
+            StoreError::Changed { .. } => "changed",
+            StoreError::Unreachable { .. } => "unreachable",
+            StoreError::Truncated { .. } => "truncated",
+            StoreError::Service { status: 429, .. } => "throttled",
+            StoreError::Service { status, .. } if *status >= 500 => "server_error",
+            StoreError::Service { .. } => "client_error",
+            StoreError::RetriesExhausted { last, .. } => last.class(),
+            StoreError::Io { .. } => "io",
+            StoreError::Setup(_) => "setup",
+        }
+    }
+
     /// The error at the root of a retry chain, for classifying what finally went wrong.
     pub fn root(&self) -> &StoreError {
         match self {

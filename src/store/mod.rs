@@ -7,6 +7,7 @@
 mod build;
 mod error;
 mod file;
+mod instrumented;
 mod retry;
 mod s3;
 
@@ -20,6 +21,7 @@ use bytes::Bytes;
 pub use build::open_store;
 pub use error::StoreError;
 pub use file::FileStore;
+pub use instrumented::InstrumentedStore;
 pub use retry::RetryPolicy;
 pub use s3::S3Store;
 

@@ -507,7 +507,7 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
 }
 
 /// A plain HTTP/1.1 GET on 127.0.0.1: the status and the body.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;

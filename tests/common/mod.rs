@@ -8,7 +8,7 @@
 pub mod garage;
 pub mod mount;
 
-pub use garage::Garage;
+pub use garage::{Garage, http_get};
 pub use mount::{MsfsMount, is_mounted};
 
 /// One entry of the `backends:` list: an S3 backend named `dir_name` (the

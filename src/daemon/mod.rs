@@ -6,6 +6,7 @@
 
 pub mod helper;
 pub mod mountpoint;
+pub mod reload;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,9 +16,9 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::{BackendConfig, Config};
 use crate::engines::Engines;
-use crate::fs::{Backend, Fs, FsOptions};
+use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
 use crate::fuse::FuseAdapter;
-use crate::store::{InstrumentedStore, StoreError, open_store};
+use crate::store::{InstrumentedStore, ObjectStore, StoreError, open_store};
 use crate::telemetry::{Metrics, serve_metrics};
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +76,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     let backend_count = backends.len();
     let engines_cache = engines.cache.clone();
     let fs = Arc::new(Fs::new(options, engines, backends));
+    let fs_for_reload = fs.clone();
     let adapter = FuseAdapter::new(fs, runtime.handle().clone(), config.max_write);
     let mut session =
         Session::new(adapter, &mountpoint, &session_config(&config)).map_err(|source| {
@@ -84,6 +86,12 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
             }
         })?;
     let mut unmounter = session.unmount_callable();
+    let mut reloader = reload::Reloader::new(
+        config.clone(),
+        fs_for_reload,
+        metrics.clone(),
+        session.notifier(),
+    );
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let serving = std::thread::Builder::new()
         .name("fuse-session".into())
@@ -99,7 +107,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         "mounted"
     );
 
-    let stop = runtime.block_on(wait_for_stop(done_rx));
+    let stop = runtime.block_on(wait_for_stop(done_rx, &mut reloader));
     if let Some(signal) = stop {
         tracing::info!(signal, "unmounting");
         if let Err(e) = unmounter.unmount() {
@@ -138,6 +146,25 @@ async fn open_backend(
     config: &BackendConfig,
     metrics: &Arc<Metrics>,
 ) -> Result<Arc<Backend>, DaemonError> {
+    let store = open_store_checked(config, metrics).await?;
+    if !config.readonly {
+        tracing::warn!(
+            backend = %config.dir_name,
+            "readonly: false is not supported yet (the write engine is not built); serving read-only"
+        );
+    }
+    Ok(Arc::new(Backend::new(
+        &config.dir_name,
+        BackendSettings::new(config, store),
+    )))
+}
+
+/// Opens a backend's store, instrumented, and checks with one small LIST that it answers with
+/// the configured credentials.
+pub(crate) async fn open_store_checked(
+    config: &BackendConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<dyn ObjectStore>, DaemonError> {
     let fail = |source| DaemonError::Backend {
         dir_name: config.dir_name.clone(),
         source,
@@ -151,13 +178,7 @@ async fn open_backend(
         .list(&config.prefix, Some("/"), None, Some(1))
         .await
         .map_err(fail)?;
-    if !config.readonly {
-        tracing::warn!(
-            backend = %config.dir_name,
-            "readonly: false is not supported yet (the write engine is not built); serving read-only"
-        );
-    }
-    Ok(Arc::new(Backend::new(config, store)))
+    Ok(store)
 }
 
 fn session_config(config: &Config) -> fuser::Config {
@@ -186,10 +207,11 @@ fn session_config(config: &Config) -> fuser::Config {
     session
 }
 
-/// Waits until the FUSE session ends on its own (external `umount`) or a stop signal arrives;
-/// returns the signal's name in the latter case.
+/// Serves reloads until the FUSE session ends on its own (external `umount`) or a stop signal
+/// arrives; returns the signal's name in the latter case.
 async fn wait_for_stop(
     mut session_done: tokio::sync::oneshot::Receiver<()>,
+    reloader: &mut reload::Reloader,
 ) -> Option<&'static str> {
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
@@ -201,13 +223,20 @@ async fn wait_for_stop(
         return None;
     };
     loop {
+        // Re-armed each time round, so a reload that changes the interval takes effect.
+        let period = reloader.interval();
+        let tick = async {
+            match period {
+                Some(period) => tokio::time::sleep(period).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = &mut session_done => return None,
             _ = term.recv() => return Some("SIGTERM"),
             _ = int.recv() => return Some("SIGINT"),
-            _ = hup.recv() => {
-                tracing::warn!("SIGHUP received: configuration reload is not built yet; ignoring");
-            }
+            _ = hup.recv() => reloader.reload(false).await,
+            _ = tick => reloader.reload(true).await,
         }
     }
 }

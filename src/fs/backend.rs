@@ -1,6 +1,10 @@
 //! A mounted backend: one store and prefix, shown as one directory under the mount root.
+//!
+//! Its settings sit behind one lock so that a configuration reload can change credentials,
+//! endpoint or permissions in place: every inode of the backend shares the `Backend`, and each
+//! operation takes a snapshot of the settings it started with.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::config::BackendConfig;
 use crate::store::ObjectStore;
@@ -8,6 +12,11 @@ use crate::store::ObjectStore;
 #[derive(Debug)]
 pub struct Backend {
     pub dir_name: String,
+    current: RwLock<Arc<BackendSettings>>,
+}
+
+#[derive(Debug)]
+pub struct BackendSettings {
     pub store: Arc<dyn ObjectStore>,
     /// Key prefix of everything this backend shows; "" or ending with "/".
     pub prefix: String,
@@ -21,12 +30,37 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(config: &BackendConfig, store: Arc<dyn ObjectStore>) -> Backend {
+    pub fn new(dir_name: &str, settings: BackendSettings) -> Backend {
         Backend {
-            dir_name: config.dir_name.clone(),
+            dir_name: dir_name.to_string(),
+            current: RwLock::new(Arc::new(settings)),
+        }
+    }
+
+    /// The settings in force now; an operation keeps the snapshot it started with.
+    pub fn settings(&self) -> Arc<BackendSettings> {
+        self.current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Applies new settings (a reload that changed this backend in place).
+    pub fn replace(&self, settings: BackendSettings) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(settings);
+    }
+}
+
+impl BackendSettings {
+    pub fn new(config: &BackendConfig, store: Arc<dyn ObjectStore>) -> BackendSettings {
+        BackendSettings {
             store,
             prefix: config.prefix.clone(),
-            readonly: config.readonly,
+            // Writes are not built yet: every backend is served read-only.
+            readonly: true,
             uid: config.uid,
             gid: config.gid,
             dir_perm: config.dir_perm,

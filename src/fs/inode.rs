@@ -159,23 +159,26 @@ impl InodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::backend::BackendSettings;
     use crate::store::FileStore;
     use std::time::SystemTime;
 
     fn backend() -> (tempfile::TempDir, Arc<Backend>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Arc::new(FileStore::new(dir.path().to_path_buf()).expect("store"));
-        let backend = Backend {
-            dir_name: "b".into(),
-            store,
-            prefix: String::new(),
-            readonly: true,
-            uid: 0,
-            gid: 0,
-            dir_perm: 0o555,
-            file_perm: 0o444,
-            page_size: None,
-        };
+        let backend = Backend::new(
+            "b",
+            BackendSettings {
+                store,
+                prefix: String::new(),
+                readonly: true,
+                uid: 0,
+                gid: 0,
+                dir_perm: 0o555,
+                file_perm: 0o444,
+                page_size: None,
+            },
+        );
         (dir, Arc::new(backend))
     }
 

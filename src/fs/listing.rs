@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use super::backend::Backend;
+use super::backend::BackendSettings;
 use crate::store::{ObjectMeta, StoreError};
 
 /// The longest name most Linux filesystems and tools accept.
@@ -59,7 +59,7 @@ pub fn child_path(dir: &str, name: &str) -> String {
 
 /// Every entry of directory `path`, by name. Reads all pages of the listing.
 pub async fn list_dir(
-    backend: &Backend,
+    backend: &BackendSettings,
     path: &str,
 ) -> Result<BTreeMap<String, ChildKind>, StoreError> {
     let prefix = backend.dir_prefix_of(path);
@@ -97,7 +97,7 @@ pub async fn list_dir(
 
 /// What `path` is, found without listing its parent: a HEAD of the key and a one-key LIST below
 /// it, in parallel.
-pub async fn probe(backend: &Backend, path: &str) -> Result<Option<ChildKind>, StoreError> {
+pub async fn probe(backend: &BackendSettings, path: &str) -> Result<Option<ChildKind>, StoreError> {
     let key = backend.key_of(path);
     let dir_prefix = backend.dir_prefix_of(path);
     let (head, below) = tokio::join!(

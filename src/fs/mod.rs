@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 
-pub use backend::Backend;
+pub use backend::{Backend, BackendSettings};
 pub use error::FsError;
 pub use inode::ROOT_INO;
 pub use listing::{ChildKind, FileMeta, valid_name};
@@ -142,6 +142,46 @@ impl Fs {
             .clone()
     }
 
+    /// The mounted backend named `dir_name`.
+    pub fn backend(&self, dir_name: &str) -> Option<Arc<Backend>> {
+        self.backends().into_iter().find(|b| b.dir_name == dir_name)
+    }
+
+    /// Shows a new backend under the mount root.
+    pub fn add_backend(&self, backend: Arc<Backend>) {
+        let mut backends = self
+            .backends
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        backends.retain(|b| b.dir_name != backend.dir_name);
+        backends.push(backend);
+    }
+
+    /// How many open files and directories are inside backend `dir_name`.
+    pub fn open_handles_in(&self, dir_name: &str) -> usize {
+        let files = lock(&self.files)
+            .values()
+            .filter(|h| h.backend == dir_name)
+            .count();
+        let dir_inos: Vec<u64> = lock(&self.dirs).values().map(|h| h.ino).collect();
+        let inodes = lock(&self.inodes);
+        let dirs = dir_inos
+            .iter()
+            .filter_map(|ino| inodes.get(*ino))
+            .filter(|n| n.backend.as_ref().is_some_and(|b| b.dir_name == dir_name))
+            .count();
+        files + dirs
+    }
+
+    /// Stops showing backend `dir_name`. Inodes the kernel still holds below it keep working
+    /// until it forgets them; new lookups no longer find it.
+    pub fn remove_backend(&self, dir_name: &str) {
+        self.backends
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|b| b.dir_name != dir_name);
+    }
+
     fn node(&self, ino: u64) -> Result<Node> {
         lock(&self.inodes)
             .get(ino)
@@ -167,24 +207,30 @@ impl Fs {
                 uid: self.options.uid,
                 gid: self.options.gid,
             },
-            (Some(b), ChildKind::Dir) => Attr {
-                ino: node.ino,
-                kind: Kind::Dir,
-                size: 0,
-                mtime: self.mounted_at,
-                perm: b.dir_perm,
-                uid: b.uid,
-                gid: b.gid,
-            },
-            (Some(b), ChildKind::File(meta)) => Attr {
-                ino: node.ino,
-                kind: Kind::File,
-                size: meta.size,
-                mtime: meta.mtime,
-                perm: b.file_perm,
-                uid: b.uid,
-                gid: b.gid,
-            },
+            (Some(b), ChildKind::Dir) => {
+                let b = b.settings();
+                Attr {
+                    ino: node.ino,
+                    kind: Kind::Dir,
+                    size: 0,
+                    mtime: self.mounted_at,
+                    perm: b.dir_perm,
+                    uid: b.uid,
+                    gid: b.gid,
+                }
+            }
+            (Some(b), ChildKind::File(meta)) => {
+                let b = b.settings();
+                Attr {
+                    ino: node.ino,
+                    kind: Kind::File,
+                    size: meta.size,
+                    mtime: meta.mtime,
+                    perm: b.file_perm,
+                    uid: b.uid,
+                    gid: b.gid,
+                }
+            }
         }
     }
 
@@ -211,7 +257,7 @@ impl Fs {
         let kind = match self.fresh_listing(parent) {
             Some(children) => children.get(name).cloned(),
             None if self.recently_missing(parent, name) => None,
-            None => listing::probe(&backend, &path)
+            None => listing::probe(&backend.settings(), &path)
                 .await
                 .map_err(|e| Self::store_error(&backend, e))?,
         };
@@ -247,9 +293,10 @@ impl Fs {
         if node.refreshed.elapsed() < self.options.ttl {
             return Ok(node);
         }
-        let head = backend
+        let settings = backend.settings();
+        let head = settings
             .store
-            .head(&backend.key_of(&node.path))
+            .head(&settings.key_of(&node.path))
             .await
             .map_err(|e| Self::store_error(backend, e))?;
         let meta = head.ok_or(FsError::NotFound)?;
@@ -279,11 +326,12 @@ impl Fs {
             node.cached_etag = Some(meta.etag.clone());
             same
         };
+        let settings = backend.settings();
         let handle = FileHandle {
-            store: backend.store.clone(),
+            store: settings.store.clone(),
             backend: backend.dir_name.clone(),
             version: ObjectVersion {
-                key: backend.key_of(&node.path),
+                key: settings.key_of(&node.path),
                 etag: meta.etag.clone(),
                 size: meta.size,
             },
@@ -367,7 +415,7 @@ impl Fs {
         path: &str,
     ) -> Result<Arc<BTreeMap<String, ChildKind>>> {
         let children = Arc::new(
-            listing::list_dir(backend, path)
+            listing::list_dir(&backend.settings(), path)
                 .await
                 .map_err(|e| Self::store_error(backend, e))?,
         );
@@ -465,9 +513,10 @@ impl Fs {
         }
         let ino = inodes.peek_or_reserve(dir.ino, &entry.name);
         drop(inodes);
+        let settings = backend.settings();
         let (kind, size, mtime, perm) = match &entry.kind {
-            ChildKind::Dir => (Kind::Dir, 0, self.mounted_at, backend.dir_perm),
-            ChildKind::File(meta) => (Kind::File, meta.size, meta.mtime, backend.file_perm),
+            ChildKind::Dir => (Kind::Dir, 0, self.mounted_at, settings.dir_perm),
+            ChildKind::File(meta) => (Kind::File, meta.size, meta.mtime, settings.file_perm),
         };
         Some(Attr {
             ino,
@@ -475,8 +524,8 @@ impl Fs {
             size,
             mtime,
             perm,
-            uid: backend.uid,
-            gid: backend.gid,
+            uid: settings.uid,
+            gid: settings.gid,
         })
     }
 

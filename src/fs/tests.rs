@@ -16,17 +16,19 @@ fn fixture(files: &[(&str, &[u8])]) -> Fixture {
         std::fs::write(path, body).expect("write");
     }
     let store = Arc::new(FileStore::new(dir.path().to_path_buf()).expect("store"));
-    let backend = Arc::new(Backend {
-        dir_name: "data".into(),
-        store,
-        prefix: String::new(),
-        readonly: true,
-        uid: 1000,
-        gid: 1000,
-        dir_perm: 0o555,
-        file_perm: 0o444,
-        page_size: Some(2),
-    });
+    let backend = Arc::new(Backend::new(
+        "data",
+        BackendSettings {
+            store,
+            prefix: String::new(),
+            readonly: true,
+            uid: 1000,
+            gid: 1000,
+            dir_perm: 0o555,
+            file_perm: 0o444,
+            page_size: Some(2),
+        },
+    ));
     let options = FsOptions {
         uid: 0,
         gid: 0,

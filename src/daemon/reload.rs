@@ -37,7 +37,7 @@ impl Plan {
 fn same_identity(old: &BackendConfig, new: &BackendConfig) -> bool {
     let kind = |c: &BackendConfig| std::mem::discriminant(&c.kind);
     let flavour = |c: &BackendConfig| match &c.kind {
-        BackendKind::S3(s3) => Some(s3.flavor.clone()),
+        BackendKind::S3(s3) => Some(s3.flavor),
         _ => None,
     };
     old.bucket == new.bucket

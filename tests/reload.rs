@@ -48,7 +48,8 @@ async fn sighup_adds_removes_and_changes_backends() {
     let garage = garage_with_two_buckets().await;
     let one = s3_backend_yaml("one", "first", "", &garage);
     let two = s3_backend_yaml("two", "second", "", &garage);
-    let mount = MsfsMount::start(&config_yaml_with(TOP, &[one.clone()]), "yaml").expect("mount");
+    let mount = MsfsMount::start(&config_yaml_with(TOP, std::slice::from_ref(&one)), "yaml")
+        .expect("mount");
     let root = mount.path().to_path_buf();
     assert_eq!(names(&root), ["one"]);
 
@@ -79,7 +80,11 @@ async fn sighup_adds_removes_and_changes_backends() {
     });
 
     // Remove one.
-    std::fs::write(mount.config_path(), config_yaml_with(TOP, &[two.clone()])).expect("write");
+    std::fs::write(
+        mount.config_path(),
+        config_yaml_with(TOP, std::slice::from_ref(&two)),
+    )
+    .expect("write");
     mount.signal(libc::SIGHUP);
     eventually("backend one disappears", || names(&root) == ["two"]);
     assert!(!root.join("one/file.txt").exists());
@@ -120,7 +125,11 @@ async fn a_broken_config_or_a_busy_backend_keeps_the_mount_as_it_was() {
 
     // Removing a backend with an open file is refused too.
     let open = std::fs::File::open(root.join("one/file.txt")).expect("open");
-    std::fs::write(mount.config_path(), config_yaml_with(TOP, &[two.clone()])).expect("write");
+    std::fs::write(
+        mount.config_path(),
+        config_yaml_with(TOP, std::slice::from_ref(&two)),
+    )
+    .expect("write");
     mount.signal(libc::SIGHUP);
     eventually("the busy refusal is logged", || {
         mount.stdout_text().contains("open files")
@@ -139,7 +148,8 @@ async fn auto_sighup_interval_picks_up_changes_without_a_signal() {
     let one = s3_backend_yaml("one", "first", "", &garage);
     let two = s3_backend_yaml("two", "second", "", &garage);
     let top = format!("{TOP}auto_sighup_interval: 1\n");
-    let mount = MsfsMount::start(&config_yaml_with(&top, &[one.clone()]), "yaml").expect("mount");
+    let mount = MsfsMount::start(&config_yaml_with(&top, std::slice::from_ref(&one)), "yaml")
+        .expect("mount");
     std::fs::write(mount.config_path(), config_yaml_with(&top, &[one, two])).expect("write");
     eventually("backend two appears", || {
         names(mount.path()) == ["one", "two"]

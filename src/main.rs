@@ -1,5 +1,6 @@
 //! The `msfs` command line, and `mount.msfs` when invoked under that name.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,8 +18,25 @@ use msfs::{config, daemon};
                   search path ($MSC_CONFIG first)."
 )]
 struct Cli {
+    /// Log line format on stdout: `text` for people, `json` (one object per line) for log
+    /// collectors. Verbosity follows RUST_LOG (default `info`); each backend's `trace_level`
+    /// decides which of its requests are logged.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "MSFS_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -40,14 +58,19 @@ enum Command {
     },
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // fuser warns when it cannot unmount a mount that `umount` already removed: not news.
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fuser::session=error"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stdout)
-        .init();
+        // Colours only for a person at a terminal, never into log files.
+        .with_ansi(std::io::stdout().is_terminal())
+        .with_writer(std::io::stdout);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 fn load_config(explicit: Option<PathBuf>) -> Result<config::Config, String> {
@@ -95,8 +118,9 @@ fn main() -> ExitCode {
         let args: Vec<String> = std::env::args().skip(1).collect();
         daemon::helper::parse_args(&args).and_then(|a| daemon::helper::run(&a))
     } else {
-        init_logging();
-        match Cli::parse().command {
+        let cli = Cli::parse();
+        init_logging(cli.log_format);
+        match cli.command {
             None => mount(None, None),
             Some(Command::Mount { config, mountpoint }) => mount(config, mountpoint),
             Some(Command::CheckConfig { config }) => check_config(config),

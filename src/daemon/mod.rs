@@ -173,6 +173,7 @@ pub(crate) async fn open_store_checked(
         open_store(config).await.map_err(fail)?,
         &config.dir_name,
         metrics.clone(),
+        config.trace_level,
     );
     store
         .list(&config.prefix, Some("/"), None, Some(1))

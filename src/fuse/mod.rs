@@ -59,10 +59,8 @@ impl FuseAdapter {
 }
 
 fn errno(err: &FsError) -> Errno {
-    match err {
-        FsError::Store { .. } => tracing::warn!(error = %err, "store request failed"),
-        _ => tracing::debug!(error = %err, "request refused"),
-    }
+    // Store failures are logged where they happen, as their backend's trace_level asks.
+    tracing::debug!(error = %err, "request failed");
     Errno::from_i32(err.errno())
 }
 

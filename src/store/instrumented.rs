@@ -1,5 +1,6 @@
 //! `InstrumentedStore`: counts and times every request a backend's store makes, by operation and
-//! outcome, without the stores themselves knowing about metrics.
+//! outcome, and logs it as the backend's `trace_level` asks (0 nothing, 1 failures, 2 successes
+//! too, 3 and more with sizes and timings) — without the stores themselves knowing about either.
 
 use std::future::Future;
 use std::ops::Range;
@@ -9,7 +10,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result};
+use super::{CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, StoreError};
 use crate::telemetry::Metrics;
 
 #[derive(Debug)]
@@ -17,6 +18,7 @@ pub struct InstrumentedStore {
     inner: Arc<dyn ObjectStore>,
     backend: String,
     metrics: Arc<Metrics>,
+    trace_level: u8,
 }
 
 impl InstrumentedStore {
@@ -24,25 +26,49 @@ impl InstrumentedStore {
         inner: Arc<dyn ObjectStore>,
         backend: &str,
         metrics: Arc<Metrics>,
+        trace_level: u8,
     ) -> Arc<dyn ObjectStore> {
         Arc::new(InstrumentedStore {
             inner,
             backend: backend.to_string(),
             metrics,
+            trace_level,
         })
     }
 
     async fn timed<T>(
         &self,
         operation: &'static str,
+        key: &str,
         request: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let started = Instant::now();
         let result = request.await;
+        let elapsed = started.elapsed();
         let class = result.as_ref().err().map(|e| e.root().class());
         self.metrics
-            .backend_request(&self.backend, operation, started.elapsed(), class);
+            .backend_request(&self.backend, operation, elapsed, class);
+        self.log(operation, key, elapsed, result.as_ref().err());
         result
+    }
+
+    fn log(
+        &self,
+        operation: &str,
+        key: &str,
+        elapsed: std::time::Duration,
+        error: Option<&StoreError>,
+    ) {
+        let backend = self.backend.as_str();
+        match (error, self.trace_level) {
+            (_, 0) => {}
+            (Some(error), _) => {
+                tracing::warn!(backend, operation, key, error = %error, "backend request failed")
+            }
+            (None, 1) => {}
+            (None, 2) => tracing::info!(backend, operation, key, "backend request"),
+            (None, _) => tracing::info!(backend, operation, key, ?elapsed, "backend request"),
+        }
     }
 }
 
@@ -53,11 +79,11 @@ impl ObjectStore for InstrumentedStore {
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
-        self.timed("head", self.inner.head(key)).await
+        self.timed("head", key, self.inner.head(key)).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>, etag: Option<&str>) -> Result<Bytes> {
-        self.timed("get", self.inner.get_range(key, range, etag))
+        self.timed("get", key, self.inner.get_range(key, range, etag))
             .await
     }
 
@@ -70,17 +96,18 @@ impl ObjectStore for InstrumentedStore {
     ) -> Result<ListPage> {
         self.timed(
             "list",
+            prefix,
             self.inner.list(prefix, delimiter, continuation, max_keys),
         )
         .await
     }
 
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult> {
-        self.timed("put", self.inner.put(key, body)).await
+        self.timed("put", key, self.inner.put(key, body)).await
     }
 
     async fn create_multipart(&self, key: &str) -> Result<String> {
-        self.timed("create_multipart", self.inner.create_multipart(key))
+        self.timed("create_multipart", key, self.inner.create_multipart(key))
             .await
     }
 
@@ -93,6 +120,7 @@ impl ObjectStore for InstrumentedStore {
     ) -> Result<CompletedPart> {
         self.timed(
             "upload_part",
+            key,
             self.inner.upload_part(key, upload_id, part_number, body),
         )
         .await
@@ -108,6 +136,7 @@ impl ObjectStore for InstrumentedStore {
     ) -> Result<CompletedPart> {
         self.timed(
             "upload_part_copy",
+            key,
             self.inner
                 .upload_part_copy(key, upload_id, part_number, source_key, range),
         )
@@ -122,6 +151,7 @@ impl ObjectStore for InstrumentedStore {
     ) -> Result<PutResult> {
         self.timed(
             "complete",
+            key,
             self.inner.complete_multipart(key, upload_id, parts),
         )
         .await
@@ -130,22 +160,27 @@ impl ObjectStore for InstrumentedStore {
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
         self.timed(
             "abort_multipart",
+            key,
             self.inner.abort_multipart(key, upload_id),
         )
         .await
     }
 
     async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult> {
-        self.timed("copy", self.inner.copy(source_key, dest_key))
+        self.timed("copy", dest_key, self.inner.copy(source_key, dest_key))
             .await
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
-        self.timed("delete", self.inner.delete(key)).await
+        self.timed("delete", key, self.inner.delete(key)).await
     }
 
     async fn delete_many(&self, keys: &[String]) -> Result<()> {
-        self.timed("delete_many", self.inner.delete_many(keys))
-            .await
+        self.timed(
+            "delete_many",
+            keys.first().map_or("", String::as_str),
+            self.inner.delete_many(keys),
+        )
+        .await
     }
 }

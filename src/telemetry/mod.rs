@@ -223,3 +223,49 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod dashboard_tests {
+    use super::names;
+
+    /// Every metric the shipped Grafana dashboard queries must be one msfs exports.
+    #[test]
+    fn the_grafana_dashboard_queries_only_exported_metrics() {
+        let dashboard = include_str!("../../deploy/grafana/msfs-dashboard.json");
+        let known = [
+            names::CACHE_HITS,
+            names::CACHE_MISSES,
+            names::CACHE_EVICTIONS,
+            names::CACHE_WAITS,
+            names::CACHE_PREFETCHES,
+            names::CACHE_FETCH_FAILURES,
+            names::CACHE_UNCACHED_READS,
+            names::CACHE_BYTES_FROM_CACHE,
+            names::CACHE_BYTES_FROM_BACKEND,
+            names::CACHE_LINES_RESIDENT,
+            names::CACHE_LINES_CAPACITY,
+            names::CACHE_LINE_SIZE_BYTES,
+            names::IO_BYTES_READ,
+            names::IO_READ_OPERATIONS,
+            names::BACKEND_OPERATIONS,
+            names::BACKEND_ERRORS,
+            names::BACKEND_LATENCY_SECONDS,
+            names::FUSE_REQUEST_SECONDS,
+            names::MOUNTED_BACKENDS,
+        ];
+        let mut queried = 0;
+        for (start, _) in dashboard.match_indices("msfs_") {
+            let name: String = dashboard[start..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let base = ["_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(&name);
+            assert!(known.contains(&base), "dashboard queries unknown metric {name}");
+            queried += 1;
+        }
+        assert!(queried > 10, "the dashboard queries too few metrics: {queried}");
+    }
+}

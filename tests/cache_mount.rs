@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{Garage, MsfsMount, config_yaml_with, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml_with, read_direct, s3_backend_yaml};
 
 const MIB: usize = 1 << 20;
 
@@ -20,21 +18,6 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
             state as u8
         })
         .collect()
-}
-
-/// Reads the whole file with O_DIRECT, so the kernel page cache cannot answer for msfs.
-fn read_direct(path: &std::path::Path) -> Vec<u8> {
-    let out = Command::new("dd")
-        .arg(format!("if={}", path.display()))
-        .args(["bs=1M", "iflag=direct", "status=none"])
-        .output()
-        .expect("dd");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
 }
 
 fn mount_with_cache(garage: &Garage, bucket: &str, storage: &str, lines: u32) -> MsfsMount {

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{Garage, MsfsMount, config_yaml_with, http_get, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml_with, http_get, read_direct, s3_backend_yaml};
 
 const MIB: usize = 1 << 20;
 
@@ -25,20 +23,6 @@ fn sample(text: &str, series: &str) -> u64 {
         .map_or(0, |value| {
             value.trim().parse::<f64>().expect("number") as u64
         })
-}
-
-fn read_direct(path: &std::path::Path) -> Vec<u8> {
-    let out = Command::new("dd")
-        .arg(format!("if={}", path.display()))
-        .args(["bs=1M", "iflag=direct", "status=none"])
-        .output()
-        .expect("dd");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -73,3 +73,20 @@ pub fn yaml_str(s: &str) -> String {
     out.push('"');
     out
 }
+
+/// Reads a whole file with O_DIRECT (`dd iflag=direct`), so that the kernel page cache cannot
+/// answer for msfs: every byte comes through a FUSE read.
+pub fn read_direct(path: &std::path::Path) -> Vec<u8> {
+    let out = std::process::Command::new("dd")
+        .arg(format!("if={}", path.display()))
+        .args(["bs=1M", "iflag=direct", "status=none"])
+        .output()
+        .expect("run dd");
+    assert!(
+        out.status.success(),
+        "dd {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

@@ -2,7 +2,7 @@
 # Brings up a demo mount of sample data on this machine (run as root):
 #
 #   scripts/demo.sh          a local garage S3 server on 127.0.0.1, seeded with sample data, mounted
-#                            at /tmp/msfs-demo/mnt (the first run builds garage: ~12 min on 2 cores)
+#                            at /tmp/msfs-demo/mnt (the first run builds garage: 12-30 min on 2 cores)
 #   scripts/demo.sh --file   no server: a local directory served through msfs's `file` backend
 #   scripts/demo.sh stop     unmount and stop the server
 #
@@ -39,7 +39,11 @@ case "${1:-}" in
     *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac
 
-bash scripts/install-test-deps.sh
+if [ "$mode" = --file ]; then
+    MSFS_SKIP_GARAGE=1 bash scripts/install-test-deps.sh
+else
+    bash scripts/install-test-deps.sh
+fi
 cargo build --locked --bin msfs --example upload_dir
 stop >/dev/null 2>&1 || true
 mkdir -p "$DEMO/mnt"

@@ -43,6 +43,12 @@ else
 fi
 
 # --- garage ------------------------------------------------------------------
+# MSFS_SKIP_GARAGE=1: only the packages above (e.g. the demo of the local-directory backend).
+if [[ "${MSFS_SKIP_GARAGE:-}" == 1 ]]; then
+    log "MSFS_SKIP_GARAGE=1: not installing garage"
+    log "done"
+    exit 0
+fi
 cargo_bin_dir="${CARGO_HOME:-$HOME/.cargo}/bin"
 
 # Prints the first garage binary that reports the wanted version.

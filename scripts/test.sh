@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every check and test: formatting, clippy, unit tests and the integration tests (which start
-# a real garage S3 server on 127.0.0.1 and mount msfs through real FUSE; run as root).
+# Runs every check and test: formatting, clippy, the benchmark harness's self-check, unit tests and
+# the integration tests (which start a real garage S3 server on 127.0.0.1 and mount msfs through
+# real FUSE; run as root).
 # Install the prerequisites once with scripts/install-test-deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,8 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
+# The benchmark harness, end to end on tiny data (never a benchmark: no time is asserted).
+bench/run --self-check
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --no-fail-fast
 else

@@ -263,9 +263,15 @@ mod dashboard_tests {
                 .iter()
                 .find_map(|suffix| name.strip_suffix(suffix))
                 .unwrap_or(&name);
-            assert!(known.contains(&base), "dashboard queries unknown metric {name}");
+            assert!(
+                known.contains(&base),
+                "dashboard queries unknown metric {name}"
+            );
             queried += 1;
         }
-        assert!(queried > 10, "the dashboard queries too few metrics: {queried}");
+        assert!(
+            queried > 10,
+            "the dashboard queries too few metrics: {queried}"
+        );
     }
 }

@@ -1,0 +1,286 @@
+"""The FUSE filesystems under test and how each is mounted with equivalent settings.
+
+Equivalence, as far as each peer allows it (bench/README.md explains the gaps):
+  * same server, bucket, credentials, path-style requests, region us-east-1, read-only;
+  * same cache budget (`Scale.cache_bytes`) where the peer has a bounded cache;
+  * metadata trusted for 10 s (msfs `entry_attr_ttl`, s3fs `stat_cache_expire`, rclone
+    `--attr-timeout`/`--dir-cache-time`), mtimes from the server's LastModified;
+  * the same FUSE connection tuning (fusectl.py), applied after every mount;
+  * a cold mount starts with an empty cache directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from .fusectl import FuseControl
+from .install import Binaries
+from .scale import MiB, Scale
+from .server import S3Server
+from .shell import log, pid_alive, run, wait_pid_gone
+
+ATTR_TTL_SECONDS = 10  # msfs's default entry_attr_ttl (10,000 ms), given to every peer
+# 1 MiB lines (msfs's README advice for small files and random reads): every file takes at least one
+# line, so with the default 10 MiB lines the 1,024 + 1,000 small files would need 20 GiB of cache;
+# with 1 MiB lines the same byte budget as the other peers holds every data set.
+MSFS_LINE_SIZE = 1 * MiB
+# 16 lines of read-ahead = 16 MiB in flight ahead of a sequential reader (the default 4 x 10 MiB
+# is 40 MiB; measured here, 16 x 1 MiB reads a cold 1 GiB object about as fast).
+MSFS_PREFETCH_LINES = 16
+
+
+def is_mounted(path: Path) -> bool:
+    target = str(path)
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 1 and fields[1] == target:
+            return True
+    return False
+
+
+class Filesystem(ABC):
+    """One peer: mounts the bucket at `mountpoint`; its objects appear under `root`."""
+
+    name = ""
+    commands: list[str] = []  # what must be on PATH (installed from Debian by install.py)
+
+    def __init__(self, work: Path, server: S3Server, scale: Scale, fusectl: FuseControl, binaries: Binaries):
+        self.work = work
+        self.server = server
+        self.scale = scale
+        self.fusectl = fusectl
+        self.binaries = binaries
+        self.mountpoint = work / "mnt" / self.name
+        self.cache_dir = work / "cache" / self.name
+        self.log_dir = work / "logs" / self.name
+        self.pid: int | None = None
+        self.tuning: dict[str, int] = {}
+        for d in (self.mountpoint, self.log_dir):
+            d.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def root(self) -> Path:
+        return self.mountpoint
+
+    @abstractmethod
+    def _start(self) -> int:
+        """Starts the daemon; returns its PID (the mount may not be live yet)."""
+
+    @abstractmethod
+    def settings(self) -> dict[str, Any]:
+        """The mount settings, as recorded in the results."""
+
+    def log_tail(self, lines: int = 15) -> str:
+        texts = [p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log"))]
+        return "\n".join("\n".join(texts).splitlines()[-lines:])
+
+    def mount(self) -> None:
+        """Mounts with an empty cache, waits for the mount, applies the FUSE tuning."""
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        self.cache_dir.mkdir(parents=True)
+        self.pid = self._start()
+        deadline = time.monotonic() + 60
+        while not is_mounted(self.mountpoint):
+            if not pid_alive(self.pid) or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} did not mount {self.mountpoint}:\n{self.log_tail()}")
+            time.sleep(0.05)
+        self.tuning = self.fusectl.tune(self.mountpoint)
+
+    def unmount(self) -> None:
+        """Unmounts and waits for the daemon (ours, by PID) to exit."""
+        for attempt in range(20):
+            if not is_mounted(self.mountpoint):
+                break
+            lazy = ["-l"] if attempt == 19 else []  # a reader we could not stop keeps it busy
+            run(["umount", *lazy, str(self.mountpoint)], check=False)
+            time.sleep(0.1 if is_mounted(self.mountpoint) else 0)
+        if self.pid is not None:
+            if not wait_pid_gone(self.pid, 20):
+                log(f"{self.name} (pid {self.pid}) still running after unmount; terminating it")
+                os.kill(self.pid, signal.SIGTERM)
+                if not wait_pid_gone(self.pid, 5):
+                    os.kill(self.pid, signal.SIGKILL)
+                    wait_pid_gone(self.pid, 5)
+            self._reap()
+            self.pid = None
+
+    def _reap(self) -> None:
+        """Collects the exit status of daemons that are our children (foreground peers)."""
+
+    def remount(self) -> None:
+        self.unmount()
+        self.mount()
+
+
+class ForegroundFilesystem(Filesystem):
+    """A peer whose daemon runs in the foreground as our child, so we own its PID and exit."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _spawn(self, cmd: list[str], env: dict[str, str]) -> int:
+        logfile = open(self.log_dir / f"{self.name}-{int(time.time() * 1000)}.log", "wb")
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the harness, which then unmounts in order
+        )
+        logfile.close()
+        return self.proc.pid
+
+    def _reap(self) -> None:
+        if self.proc is not None:
+            self.proc.wait(timeout=5)
+            self.proc = None
+
+
+class Msfs(Filesystem):
+    """msfs through `mount.msfs` (the production path: daemonized, pid file, returns when live)."""
+
+    name = "msfs"
+    BACKEND = "bench"  # msfs shows each backend as a directory under the mountpoint
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.config = self.work / "msfs.yaml"
+        self.helper = self.work / "bin" / "mount.msfs"  # mount.msfs is msfs under another name
+
+    @property
+    def root(self) -> Path:
+        return self.mountpoint / self.BACKEND
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "mountname": "msfs-bench",
+            "allow_other": True,
+            "entry_attr_ttl": ATTR_TTL_SECONDS * 1000,
+            "cache_storage": "mapped-file",
+            "cache_line_size": MSFS_LINE_SIZE,
+            "cache_lines": max(16, self.scale.cache_bytes // MSFS_LINE_SIZE),
+            "cache_lines_to_prefetch": MSFS_PREFETCH_LINES,
+            "cache_dir_path": str(self.cache_dir),
+        }
+
+    def _write_config(self) -> None:
+        env = self.server.env
+        lines = ["msfs_version: 1"]
+        lines += [f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in self.settings().items()]
+        lines += [
+            "backends:",
+            f"  - dir_name: {self.BACKEND}",
+            "    backend_type: S3",
+            f"    bucket_container_name: {self.server.bucket}",
+            "    S3:",
+            f"      endpoint: {self.server.endpoint}",
+            "      region: us-east-1",
+            f"      access_key_id: {env['AWS_ACCESS_KEY_ID']}",
+            f"      secret_access_key: {env['AWS_SECRET_ACCESS_KEY']}",
+        ]
+        self.config.write_text("\n".join(lines) + "\n")
+
+    def _start(self) -> int:
+        self._write_config()
+        self.helper.parent.mkdir(exist_ok=True)
+        if not self.helper.is_symlink():
+            self.helper.symlink_to(self.binaries.msfs)
+        env = {**os.environ, "MSFS_LOG_DIR": str(self.log_dir)}
+        env.pop("MSFS_BINARY", None)
+        run([self.helper, self.config, self.mountpoint], env=env, timeout=90)
+        return self._daemon_pid()
+
+    def _daemon_pid(self) -> int:
+        """mount.msfs records `pid\\nmountpoint` in MSFS_LOG_DIR/msfs_<epoch>_<pid>.pid."""
+        for pid_file in sorted(self.log_dir.glob("msfs_*.pid"), key=lambda p: p.stat().st_mtime, reverse=True):
+            lines = pid_file.read_text().split("\n")
+            if len(lines) > 1 and Path(lines[1].strip()) == self.mountpoint:
+                return int(lines[0])
+        raise RuntimeError(f"mount.msfs left no pid file for {self.mountpoint} in {self.log_dir}")
+
+
+class S3fs(ForegroundFilesystem):
+    """s3fs-fuse from Debian, with its disk cache (it has no size bound: see the README)."""
+
+    name = "s3fs"
+    commands = ["s3fs"]
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "url": self.server.endpoint,
+            "use_path_request_style": True,
+            "endpoint": "us-east-1",
+            "use_cache": str(self.cache_dir),
+            "stat_cache_expire": ATTR_TTL_SECONDS,
+            "allow_other": True,
+            "ro": True,
+        }
+
+    def _start(self) -> int:
+        env = self.server.env
+        passwd = self.work / "s3fs.passwd"
+        passwd.write_text(f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}\n")
+        passwd.chmod(0o600)
+        opts = [f"passwd_file={passwd}"]
+        for key, value in self.settings().items():
+            opts.append(key if value is True else f"{key}={value}")
+        cmd = ["s3fs", self.server.bucket, str(self.mountpoint), "-f", "-o", ",".join(opts)]
+        return self._spawn(cmd, dict(os.environ))
+
+
+class Rclone(ForegroundFilesystem):
+    """rclone mount from Debian with its full VFS cache, bounded to the same size as msfs's."""
+
+    name = "rclone"
+    commands = ["rclone"]
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "--read-only": True,
+            "--allow-other": True,
+            "--vfs-cache-mode": "full",
+            "--vfs-cache-max-size": f"{self.scale.cache_bytes // MiB}M",
+            "--cache-dir": str(self.cache_dir),
+            "--dir-cache-time": f"{ATTR_TTL_SECONDS}s",
+            "--attr-timeout": f"{ATTR_TTL_SECONDS}s",
+            # msfs and s3fs show LastModified; without this rclone HEADs every object for its
+            # own mtime metadata on `ls -l`.
+            "--use-server-modtime": True,
+            "s3 force_path_style": True,
+        }
+
+    def _config(self) -> Path:
+        env = self.server.env
+        conf = self.work / "rclone.conf"
+        conf.write_text(
+            "[bench]\ntype = s3\nprovider = Other\nenv_auth = false\n"
+            f"access_key_id = {env['AWS_ACCESS_KEY_ID']}\n"
+            f"secret_access_key = {env['AWS_SECRET_ACCESS_KEY']}\n"
+            f"endpoint = {self.server.endpoint}\nregion = us-east-1\n"
+            "force_path_style = true\nno_check_bucket = true\n"
+        )
+        conf.chmod(0o600)
+        return conf
+
+    def _start(self) -> int:
+        flags: list[str] = []
+        for key, value in self.settings().items():
+            if key.startswith("--"):
+                flags += [key] if value is True else [key, str(value)]
+        cmd = [
+            "rclone", "mount", f"bench:{self.server.bucket}", str(self.mountpoint),
+            "--config", str(self._config()), *flags, "--log-level", "NOTICE",
+        ]
+        env = dict(os.environ)
+        # rclone 1.60's S3 backend cannot apply a custom CA bundle to its own HTTP transport and
+        # fails with LoadCustomCABundleError when this is set (it is, on these machines).
+        env.pop("AWS_CA_BUNDLE", None)
+        return self._spawn(cmd, env)
+
+
+PEERS: dict[str, type[Filesystem]] = {"msfs": Msfs, "s3fs": S3fs, "rclone": Rclone}

@@ -1,0 +1,86 @@
+"""How big a run is: data sizes, thread counts, run lengths. Three presets, nothing else varies.
+
+Every workload reads its sizes from a `Scale`, so `--quick` and `--self-check` shrink the run
+without any workload knowing about them; the output records the scale so a reader can tell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    large_size: int  # the "1 GiB object" of the sequential, random and time-to-first-byte runs
+    small_count: int  # the "1,024 x 1 MiB" small-file set
+    small_size: int
+    many_count: int  # the "1,000 x 64 KiB" file set (also the directory `ls` lists)
+    many_size: int
+    tree_fanout: int  # the "9x9x9" tree walked by `find`
+    threads: tuple[int, ...]  # application threads of the fio cells
+    fio_seconds: float  # length of each time-based fio cell (and of its raw twin)
+    runs: int  # default repeats per cell (--runs overrides)
+    cache_bytes: int  # cache budget given to every peer that has a cache
+    note: str  # printed and recorded: how this scale differs from the full one
+
+    def describe(self) -> dict[str, object]:
+        return asdict(self)
+
+
+FULL = Scale(
+    name="full",
+    large_size=1 * GiB,
+    small_count=1024,
+    small_size=1 * MiB,
+    many_count=1000,
+    many_size=64 * KiB,
+    tree_fanout=9,
+    threads=(1, 2, 4, 8),
+    fio_seconds=10.0,
+    runs=3,
+    cache_bytes=4 * GiB,
+    note="full scale",
+)
+
+QUICK = Scale(
+    name="quick",
+    large_size=1 * GiB,
+    small_count=1024,
+    small_size=1 * MiB,
+    many_count=1000,
+    many_size=64 * KiB,
+    tree_fanout=9,
+    threads=(1, 4),
+    fio_seconds=3.0,
+    runs=1,
+    cache_bytes=4 * GiB,
+    note="quick: threads 1 and 4 only (not 1/2/4/8), 3 s fio cells (not 10 s), 1 run (not 3)",
+)
+
+# Seconds-long smoke run for CI: proves every stage produces output; its numbers mean nothing.
+SELF_CHECK = Scale(
+    name="self-check",
+    large_size=16 * MiB,
+    small_count=8,
+    small_size=256 * KiB,
+    many_count=20,
+    many_size=64 * KiB,
+    tree_fanout=2,
+    threads=(2,),
+    fio_seconds=1.0,
+    runs=1,
+    cache_bytes=256 * MiB,
+    note="self-check: tiny data, one workload per family, numbers are meaningless",
+)
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"

@@ -1,0 +1,114 @@
+"""Running commands and touching the kernel: the only module that calls subprocess directly."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+VERBOSE = False
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def debug(message: str) -> None:
+    if VERBOSE:
+        log(message)
+
+
+class CommandError(RuntimeError):
+    pass
+
+
+def run(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    timeout: float | None = None,
+    cwd: Path | None = None,
+    quiet: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Runs `cmd` to completion with captured output; on failure raises with its stderr tail."""
+    args = [str(c) for c in cmd]
+    debug("$ " + shlex.join(args))
+    proc = subprocess.run(
+        args,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if check and proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise CommandError(f"{shlex.join(args)} exited {proc.returncode}:\n{tail}")
+    if not quiet and proc.returncode != 0:
+        debug(f"exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return proc
+
+
+def run_streaming(cmd: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> None:
+    """Runs a long command (a build, an install) with its output going to the terminal."""
+    args = [str(c) for c in cmd]
+    log("$ " + shlex.join(args))
+    proc = subprocess.run(args, cwd=cwd, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise CommandError(f"{shlex.join(args)} exited {proc.returncode}")
+
+
+def timed(cmd: Sequence[str | os.PathLike[str]], *, timeout: float | None = None) -> float:
+    """Wall-clock seconds of one command, output discarded (how `ls`/`find` are measured)."""
+    args = [str(c) for c in cmd]
+    start = time.perf_counter()
+    proc = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise CommandError(f"{shlex.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return elapsed
+
+
+def drop_caches() -> None:
+    """Empties the page, dentry and inode caches, so a cold run starts from the disk and the server."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def version_of(cmd: Sequence[str]) -> str:
+    """First line a tool prints about its version, or "not installed"."""
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return "not installed"
+    text = (proc.stdout or proc.stderr).strip()
+    return text.splitlines()[0] if text else "unknown"
+
+
+def pid_alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                return line.lower()
+    except OSError:
+        pass
+    return ""
+
+
+def wait_pid_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not pid_alive(pid)

@@ -1,0 +1,126 @@
+"""The workload registry: every benchmark cell is a named `Workload`, grouped into families.
+
+A family is a function `Scale -> list[Workload]` registered with `@family(...)`; the harness
+runs the families in registration order, and each family becomes one chart. Adding a workload
+means adding an entry to a family (or a new family module imported by `workloads/__init__.py`);
+nothing else in the harness changes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable
+
+from ..datasets import Datasets
+from ..measure import Sample
+from ..rawclient import RawClient
+from ..scale import Scale
+
+
+class Unit(Enum):
+    MIB_S = "MiB/s"
+    SECONDS = "s"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self is Unit.MIB_S
+
+
+class State(Enum):
+    COLD = "cold"  # before every run: fresh mount with an empty cache, then drop_caches
+    WARM = "warm"  # once per mount: read the data set through the peer; every run: evict the
+    #                mount's page cache for it, so the peer's own cache answers
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a workload's measuring function gets. `root` is where the bucket's keys appear on the
+    mount (None when measuring the raw client)."""
+
+    root: Path | None
+    raw: RawClient
+    data: Datasets
+    scale: Scale
+    workdir: Path
+
+    @property
+    def mount(self) -> Path:
+        if self.root is None:
+            raise RuntimeError("this measurement needs a mounted filesystem")
+        return self.root
+
+
+Measure = Callable[[Context], Sample]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # stable id, used by --only and in the results
+    family: str
+    title: str  # short label for tables and charts
+    description: str  # what it measures (README and JSON)
+    unit: Unit
+    state: State
+    dataset: str  # the data set it reads (warmed up for WARM)
+    io: str  # "O_DIRECT", "buffered" or "metadata": stated in the table
+    on_fs: Measure  # the measurement on a mounted peer
+    on_raw: Measure  # the same bytes/requests through raw_read: the physical limit
+    raw_note: str  # how the raw client does it
+    est_seconds: float  # expected seconds per run per peer, for the duration estimate
+    smoke: bool = False  # part of --self-check (one per family)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    title: str
+    unit: Unit
+    build: Callable[[Scale], list[Workload]]
+
+
+FAMILIES: list[Family] = []
+
+
+def family(name: str, title: str, unit: Unit) -> Callable[[Callable[[Scale], list[Workload]]], Callable[[Scale], list[Workload]]]:
+    def register(build: Callable[[Scale], list[Workload]]) -> Callable[[Scale], list[Workload]]:
+        if any(f.name == name for f in FAMILIES):
+            raise ValueError(f"workload family {name!r} registered twice")
+        FAMILIES.append(Family(name, title, unit, build))
+        return build
+
+    return register
+
+
+def all_workloads(scale: Scale) -> list[Workload]:
+    out: list[Workload] = []
+    for fam in FAMILIES:
+        for w in fam.build(scale):
+            if w.family != fam.name or w.unit != fam.unit:
+                raise ValueError(f"workload {w.name} does not match its family {fam.name}")
+            out.append(w)
+    names = [w.name for w in out]
+    if len(names) != len(set(names)):
+        raise ValueError("duplicate workload names")
+    return out
+
+
+def family_of(name: str) -> Family:
+    return next(f for f in FAMILIES if f.name == name)
+
+
+def select(workloads: list[Workload], patterns: list[str] | None, smoke_only: bool) -> list[Workload]:
+    """--only takes names, family names or shell patterns (`rand-*`); order stays the registry's."""
+    chosen = [w for w in workloads if w.smoke] if smoke_only else list(workloads)
+    if patterns:
+        unknown = [p for p in patterns if not any(_matches(w, p) for w in workloads)]
+        if unknown:
+            raise SystemExit(f"bench: no workload matches {', '.join(unknown)} (see --list)")
+        chosen = [w for w in chosen if any(_matches(w, p) for p in patterns)]
+    return chosen
+
+
+def _matches(w: Workload, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(w.name, pattern) or w.family == pattern

@@ -1,0 +1,579 @@
+//! The "physical limit" client of `bench/`: reads objects straight from an S3 server with a tight
+//! loop of ranged GETs — no filesystem, no cache, no copies — so that every benchmark can report
+//! msfs as a fraction of what the server delivers for the same bytes at the same concurrency.
+//! It also seeds the benchmark data (fast multipart uploads of pseudo-random bytes).
+//!
+//! Credentials come from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (and `AWS_REGION`), the
+//! endpoint from `--endpoint` or `AWS_ENDPOINT`; requests are path-style. Every command prints one
+//! JSON object on stdout: `{"command", "bytes", "seconds", "requests", "concurrency", ...}`, where
+//! `seconds` covers only the timed part (setup such as HEAD or LIST of the inputs is excluded).
+//!
+//! ```text
+//! raw_read --bucket B read    --key K [--offset O] [--length L] --request-size S --concurrency C
+//! raw_read --bucket B random  --key K --request-size S --requests N --concurrency C [--seed X]
+//! raw_read --bucket B objects --prefix P [--limit N] [--request-size S] [--bytes T] --concurrency C
+//! raw_read --bucket B list    --prefix P [--delimiter /]
+//! raw_read --bucket B ttfb    --key K
+//! raw_read --bucket B seed    --size S [--part-size P] [--concurrency C] (KEY... | --keys-file F)
+//! ```
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Parser)]
+#[command(
+    name = "raw_read",
+    about = "Tight S3 reader (and seeder) for msfs benchmarks"
+)]
+struct Cli {
+    /// S3 endpoint URL.
+    #[arg(long, env = "AWS_ENDPOINT")]
+    endpoint: String,
+    #[arg(long)]
+    bucket: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Read one byte range of an object as consecutive ranged GETs, `concurrency` in flight.
+    Read {
+        #[arg(long)]
+        key: String,
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Bytes to read; default: to the end of the object.
+        #[arg(long)]
+        length: Option<u64>,
+        #[arg(long)]
+        request_size: u64,
+        #[arg(long)]
+        concurrency: usize,
+    },
+    /// Ranged GETs at random offsets aligned to `request_size` (like fio randread): `requests` of
+    /// them, or as many as fit in `seconds`.
+    Random {
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        request_size: u64,
+        #[arg(long, required_unless_present = "seconds")]
+        requests: Option<u64>,
+        #[arg(long)]
+        seconds: Option<f64>,
+        #[arg(long)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 0x6d73_6673)]
+        seed: u64,
+    },
+    /// Read every object under a prefix (sorted by key), each in `request_size` GETs (0: one GET
+    /// per object), once; with `seconds`, cycle over them until that much time has passed.
+    Objects {
+        #[arg(long)]
+        prefix: String,
+        /// Use only the first N objects.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long, default_value_t = 0)]
+        request_size: u64,
+        #[arg(long)]
+        seconds: Option<f64>,
+        #[arg(long)]
+        concurrency: usize,
+    },
+    /// List a prefix (all pages); with a delimiter, one directory level.
+    List {
+        #[arg(long)]
+        prefix: String,
+        #[arg(long)]
+        delimiter: Option<String>,
+    },
+    /// Time from sending a GET of the whole object to its first body byte.
+    Ttfb {
+        #[arg(long)]
+        key: String,
+    },
+    /// Upload objects of `size` pseudo-random bytes (incompressible, so the server stores and
+    /// serves them as real data), multipart above `part_size`, `concurrency` requests in flight.
+    Seed {
+        #[arg(long)]
+        size: u64,
+        #[arg(long, default_value_t = 64 << 20)]
+        part_size: u64,
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// A file with one key per line (for thousands of keys).
+        #[arg(long)]
+        keys_file: Option<PathBuf>,
+        keys: Vec<String>,
+    },
+}
+
+/// One ranged GET (`len == 0`: the whole object).
+#[derive(Clone)]
+struct Request {
+    key: String,
+    offset: u64,
+    len: u64,
+}
+
+fn client(endpoint: &str) -> Result<Client, Error> {
+    let credentials = Credentials::new(
+        std::env::var("AWS_ACCESS_KEY_ID")?,
+        std::env::var("AWS_SECRET_ACCESS_KEY")?,
+        None,
+        None,
+        "environment",
+    );
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new(
+            std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+        ))
+        .credentials_provider(credentials)
+        .force_path_style(true)
+        // S3-compatible servers differ in support for the SDK's default trailing checksums.
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .build();
+    Ok(Client::from_conf(config))
+}
+
+/// Issues one GET and drains its body chunk by chunk (no copy into one buffer); returns its bytes.
+async fn get(client: &Client, bucket: &str, req: &Request) -> Result<u64, Error> {
+    let mut call = client.get_object().bucket(bucket).key(&req.key);
+    if req.len > 0 {
+        call = call.range(format!("bytes={}-{}", req.offset, req.offset + req.len - 1));
+    }
+    let mut body = call.send().await?.body;
+    let mut n = 0u64;
+    while let Some(chunk) = body.try_next().await? {
+        n += chunk.len() as u64;
+    }
+    if req.len > 0 && n != req.len {
+        return Err(format!(
+            "{}: asked {} bytes at {}, got {n}",
+            req.key, req.len, req.offset
+        )
+        .into());
+    }
+    Ok(n)
+}
+
+/// Runs the requests in order with `concurrency` workers, each taking the next request when its
+/// previous one completes — the shape of `concurrency` synchronous reader threads (fio's
+/// `numjobs`). With `seconds`, workers stop taking requests once that much time has passed (fio's
+/// `time_based`); returns the bytes read, the requests made and the elapsed time.
+async fn run_requests(
+    client: &Client,
+    bucket: &str,
+    requests: impl Iterator<Item = Request> + Send + 'static,
+    concurrency: usize,
+    seconds: Option<f64>,
+) -> Result<(u64, usize, Duration), Error> {
+    let queue = Arc::new(Mutex::new(requests));
+    let deadline = seconds.map(Duration::from_secs_f64);
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, bucket, queue) = (client.clone(), bucket.to_string(), queue.clone());
+        workers.push(tokio::spawn(async move {
+            let (mut bytes, mut count) = (0u64, 0usize);
+            loop {
+                if deadline.is_some_and(|d| start.elapsed() >= d) {
+                    return Ok::<_, Error>((bytes, count));
+                }
+                let Some(req) = queue.lock().await.next() else {
+                    return Ok((bytes, count));
+                };
+                bytes += get(&client, &bucket, &req).await?;
+                count += 1;
+            }
+        }));
+    }
+    let (mut total, mut count) = (0, 0);
+    for worker in workers {
+        let (b, c) = worker.await??;
+        total += b;
+        count += c;
+    }
+    let elapsed = start.elapsed();
+    eprintln!("raw_read: {count} GETs, {total} bytes in {elapsed:?}");
+    Ok((total, count, elapsed))
+}
+
+/// Splits `[offset, offset + length)` into consecutive requests of at most `size` bytes.
+fn chunks(key: &str, offset: u64, length: u64, size: u64) -> Vec<Request> {
+    let size = if size == 0 { length.max(1) } else { size };
+    let mut out = Vec::new();
+    let mut at = offset;
+    while at < offset + length {
+        let len = size.min(offset + length - at);
+        out.push(Request {
+            key: key.to_string(),
+            offset: at,
+            len,
+        });
+        at += len;
+    }
+    out
+}
+
+async fn object_size(client: &Client, bucket: &str, key: &str) -> Result<u64, Error> {
+    let head = client.head_object().bucket(bucket).key(key).send().await?;
+    Ok(head.content_length().unwrap_or(0).max(0) as u64)
+}
+
+/// Every (key, size) under `prefix` (with a delimiter: one level), in key order, and the number
+/// of LIST requests it took.
+async fn list_prefix(
+    client: &Client,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+) -> Result<(Vec<(String, u64)>, usize, usize), Error> {
+    let (mut objects, mut prefixes, mut pages) = (Vec::new(), 0usize, 0usize);
+    let mut token = None;
+    loop {
+        let mut call = client.list_objects_v2().bucket(bucket).prefix(prefix);
+        if let Some(d) = delimiter {
+            call = call.delimiter(d);
+        }
+        if let Some(t) = token.take() {
+            call = call.continuation_token(t);
+        }
+        let page = call.send().await?;
+        pages += 1;
+        for o in page.contents() {
+            objects.push((
+                o.key().unwrap_or_default().to_string(),
+                o.size().unwrap_or(0).max(0) as u64,
+            ));
+        }
+        prefixes += page.common_prefixes().len();
+        match page.next_continuation_token() {
+            Some(t) if page.is_truncated().unwrap_or(false) => token = Some(t.to_string()),
+            _ => break,
+        }
+    }
+    Ok((objects, prefixes, pages))
+}
+
+/// xorshift64*: a fast, seedable generator for offsets and seed data (not for cryptography).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// `len` pseudo-random bytes, a function of (key, offset) only, so reruns seed identical data.
+fn pattern(key: &str, offset: u64, len: u64) -> Vec<u8> {
+    let seed = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut rng = Rng::new(seed ^ offset.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut out = Vec::with_capacity(len as usize + 8);
+    while (out.len() as u64) < len {
+        out.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    out.truncate(len as usize);
+    out
+}
+
+async fn put_one(client: &Client, bucket: &str, key: &str, size: u64) -> Result<(), Error> {
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(pattern(key, 0, size)))
+        .send()
+        .await?;
+    Ok(())
+}
+
+/// One multipart upload, its parts sent `concurrency` at a time.
+async fn put_multipart(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    size: u64,
+    part_size: u64,
+    concurrency: usize,
+) -> Result<(), Error> {
+    let upload = client
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await?;
+    let id = upload.upload_id().ok_or("no upload id")?.to_string();
+    let parts: Vec<(i32, u64)> = (0..size.div_ceil(part_size))
+        .map(|i| (i as i32 + 1, i * part_size))
+        .collect();
+    let mut done = Vec::new();
+    for batch in parts.chunks(concurrency.max(1)) {
+        let mut tasks = Vec::new();
+        for &(number, offset) in batch {
+            let (client, bucket, key, id) = (
+                client.clone(),
+                bucket.to_string(),
+                key.to_string(),
+                id.clone(),
+            );
+            let len = part_size.min(size - offset);
+            tasks.push(tokio::spawn(async move {
+                // Generated inside the task so data generation runs in parallel too.
+                let body = ByteStream::from(pattern(&key, offset, len));
+                let out = client
+                    .upload_part()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(id)
+                    .part_number(number)
+                    .body(body)
+                    .send()
+                    .await?;
+                Ok::<CompletedPart, Error>(
+                    CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(out.e_tag().map(str::to_string))
+                        .build(),
+                )
+            }));
+        }
+        for task in tasks {
+            done.push(task.await??);
+        }
+    }
+    client
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await?;
+    Ok(())
+}
+
+async fn seed(
+    client: &Client,
+    bucket: &str,
+    keys: Vec<String>,
+    size: u64,
+    part_size: u64,
+    concurrency: usize,
+) -> Result<Value, Error> {
+    let start = Instant::now();
+    let count = keys.len();
+    if size > part_size {
+        for key in &keys {
+            put_multipart(client, bucket, key, size, part_size, concurrency).await?;
+        }
+    } else {
+        let queue = Arc::new(Mutex::new(VecDeque::from(keys)));
+        let mut workers = Vec::new();
+        for _ in 0..concurrency.max(1) {
+            let (client, bucket, queue) = (client.clone(), bucket.to_string(), queue.clone());
+            workers.push(tokio::spawn(async move {
+                loop {
+                    let Some(key) = queue.lock().await.pop_front() else {
+                        return Ok::<(), Error>(());
+                    };
+                    put_one(&client, &bucket, &key, size).await?;
+                }
+            }));
+        }
+        for worker in workers {
+            worker.await??;
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(
+        json!({"command": "seed", "objects": count, "bytes": size * count as u64,
+              "seconds": seconds, "concurrency": concurrency}),
+    )
+}
+
+fn report(
+    command: &str,
+    bytes: u64,
+    elapsed: Duration,
+    requests: usize,
+    concurrency: usize,
+) -> Value {
+    let seconds = elapsed.as_secs_f64();
+    json!({
+        "command": command,
+        "bytes": bytes,
+        "seconds": seconds,
+        "requests": requests,
+        "concurrency": concurrency,
+        "mib_per_s": bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9),
+    })
+}
+
+async fn run(cli: Cli) -> Result<Value, Error> {
+    let client = client(&cli.endpoint)?;
+    let bucket = cli.bucket.as_str();
+    Ok(match cli.command {
+        Command::Read {
+            key,
+            offset,
+            length,
+            request_size,
+            concurrency,
+        } => {
+            let length = match length {
+                Some(l) => l,
+                None => object_size(&client, bucket, &key)
+                    .await?
+                    .saturating_sub(offset),
+            };
+            let requests = chunks(&key, offset, length, request_size).into_iter();
+            let (bytes, n, t) = run_requests(&client, bucket, requests, concurrency, None).await?;
+            report("read", bytes, t, n, concurrency)
+        }
+        Command::Random {
+            key,
+            request_size,
+            requests,
+            seconds,
+            concurrency,
+            seed,
+        } => {
+            let size = object_size(&client, bucket, &key).await?;
+            let slots = (size / request_size.max(1)).max(1);
+            let mut rng = Rng::new(seed);
+            let list = std::iter::repeat_with(move || Request {
+                key: key.clone(),
+                offset: rng.next() % slots * request_size,
+                len: request_size,
+            })
+            .take(requests.map_or(usize::MAX, |n| n as usize));
+            let (bytes, n, t) = run_requests(&client, bucket, list, concurrency, seconds).await?;
+            report("random", bytes, t, n, concurrency)
+        }
+        Command::Objects {
+            prefix,
+            limit,
+            request_size,
+            seconds,
+            concurrency,
+        } => {
+            let (mut objects, _, _) = list_prefix(&client, bucket, &prefix, None).await?;
+            objects.truncate(limit.unwrap_or(usize::MAX));
+            if objects.is_empty() {
+                return Err(format!("no objects under {prefix:?}").into());
+            }
+            let count = objects.len();
+            let once: Vec<Request> = objects
+                .iter()
+                .flat_map(|(key, size)| chunks(key, 0, *size, request_size))
+                .collect();
+            // Time-based runs cycle over the objects, as fio's time_based does over its files.
+            let list: Box<dyn Iterator<Item = Request> + Send> = match seconds {
+                Some(_) => Box::new(once.into_iter().cycle()),
+                None => Box::new(once.into_iter()),
+            };
+            let (read, n, t) = run_requests(&client, bucket, list, concurrency, seconds).await?;
+            let mut out = report("objects", read, t, n, concurrency);
+            out["objects"] = json!(count);
+            out
+        }
+        Command::List { prefix, delimiter } => {
+            let start = Instant::now();
+            let (objects, prefixes, pages) =
+                list_prefix(&client, bucket, &prefix, delimiter.as_deref()).await?;
+            let mut out = report("list", 0, start.elapsed(), pages, 1);
+            out["entries"] = json!(objects.len() + prefixes);
+            out
+        }
+        Command::Ttfb { key } => {
+            let start = Instant::now();
+            let mut body = client
+                .get_object()
+                .bucket(bucket)
+                .key(&key)
+                .send()
+                .await?
+                .body;
+            let first = body.try_next().await?.map_or(0, |c| c.len() as u64);
+            let t = start.elapsed();
+            // Dropping the body closes the connection instead of draining the object.
+            drop(body);
+            report("ttfb", first, t, 1, 1)
+        }
+        Command::Seed {
+            size,
+            part_size,
+            concurrency,
+            keys_file,
+            mut keys,
+        } => {
+            if let Some(file) = keys_file {
+                keys.extend(
+                    std::fs::read_to_string(file)?
+                        .lines()
+                        .filter(|l| !l.is_empty())
+                        .map(String::from),
+                );
+            }
+            seed(
+                &client,
+                bucket,
+                keys,
+                size,
+                part_size.max(5 << 20),
+                concurrency,
+            )
+            .await?
+        }
+    })
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run(Cli::parse()).await {
+        Ok(value) => {
+            println!("{value}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // SDK errors say little at the top ("service error"); the cause is down the chain.
+            let mut message = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                message.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("raw_read: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

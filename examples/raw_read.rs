@@ -17,13 +17,15 @@
 //! raw_read --bucket B seed    --size S [--part-size P] [--concurrency C] (KEY... | --keys-file F)
 //! ```
 
+#[path = "common/env_client.rs"]
+mod env_client;
+
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use clap::{Parser, Subcommand};
@@ -131,25 +133,7 @@ struct Request {
 }
 
 fn client(endpoint: &str) -> Result<Client, Error> {
-    let credentials = Credentials::new(
-        std::env::var("AWS_ACCESS_KEY_ID")?,
-        std::env::var("AWS_SECRET_ACCESS_KEY")?,
-        None,
-        None,
-        "environment",
-    );
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(Region::new(
-            std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
-        ))
-        .credentials_provider(credentials)
-        .force_path_style(true)
-        // S3-compatible servers differ in support for the SDK's default trailing checksums.
-        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .build();
-    Ok(Client::from_conf(config))
+    Ok(env_client::client_from_env(endpoint)?)
 }
 
 /// Issues one GET and drains its body chunk by chunk (no copy into one buffer); returns its bytes.

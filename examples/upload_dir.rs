@@ -3,9 +3,11 @@
 //!
 //! Usage: `upload_dir ENDPOINT BUCKET DIR` with `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` set.
 
+#[path = "common/env_client.rs"]
+mod env_client;
+
 use std::path::{Path, PathBuf};
 
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation};
 use aws_sdk_s3::primitives::ByteStream;
 
 fn files_under(root: &Path) -> std::io::Result<Vec<PathBuf>> {
@@ -30,25 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [endpoint, bucket, dir] =
         <[String; 3]>::try_from(args).map_err(|_| "usage: upload_dir ENDPOINT BUCKET DIR")?;
-    let credentials = Credentials::new(
-        std::env::var("AWS_ACCESS_KEY_ID")?,
-        std::env::var("AWS_SECRET_ACCESS_KEY")?,
-        None,
-        None,
-        "environment",
-    );
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(Region::new(
-            std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
-        ))
-        .credentials_provider(credentials)
-        .force_path_style(true)
-        // S3-compatible servers differ in support for the SDK's default trailing checksums.
-        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .build();
-    let client = aws_sdk_s3::Client::from_conf(config);
+    let client = env_client::client_from_env(&endpoint)?;
     let root = PathBuf::from(dir);
     for path in files_under(&root)? {
         let key = path

@@ -3,12 +3,13 @@
 #   - fuse3, libfuse3-dev, pkg-config: FUSE mounts (fusermount3, headers for fuser)
 #   - protobuf-compiler: protoc for the CSI gRPC code generation
 #   - util-linux: mount / umount, used by the test fixtures
+#   - rsync: the write tests rsync a tree into a mount
 #   - garage 2.5.0: the S3 server the tests start (cargo install, ~12 min cold)
 # Idempotent: each step runs only when its result is missing. Prints what it does.
 set -euo pipefail
 
 GARAGE_VERSION="2.5.0"
-APT_PACKAGES=(fuse3 libfuse3-dev pkg-config protobuf-compiler util-linux)
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config protobuf-compiler util-linux rsync)
 
 log() { echo "install-test-deps: $*"; }
 

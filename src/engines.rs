@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use crate::cache::{CacheError, DirectReader, LineCache, ObjectReader};
-use crate::config::CacheConfig;
-use crate::telemetry::Metrics;
+use crate::config::Config;
+use crate::telemetry::{Metrics, TelemetryError};
+use crate::write::{WriteConfig, WriteEngine, WriteError};
 
 #[derive(Clone)]
 pub struct Engines {
@@ -16,29 +17,69 @@ pub struct Engines {
     pub reader: Arc<dyn ObjectReader>,
     /// The same cache, for its counters and the write engine's hooks (`None` when uncached).
     pub cache: Option<Arc<LineCache>>,
+    /// Files being written, and their commits.
+    pub writes: WriteEngine,
     /// The process's one metrics registry.
     pub metrics: Arc<Metrics>,
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum EnginesError {
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("metrics: {0}")]
+    Telemetry(#[from] TelemetryError),
+}
+
 impl Engines {
     /// The engines of a process, sized by its configuration.
-    pub fn from_config(cache: &CacheConfig) -> Result<Engines, CacheError> {
-        let cache = LineCache::new(cache)?;
-        let metrics = Metrics::new();
+    pub fn from_config(config: &Config) -> Result<Engines, EnginesError> {
+        let cache = LineCache::new(&config.cache)?;
+        let metrics = match &config.telemetry {
+            // OTLP export; the registry's resource (the configured attributes) is fixed here.
+            Some(telemetry) => Metrics::with_telemetry(telemetry)?,
+            None => Metrics::new(),
+        };
         metrics.observe_cache(cache.clone());
+        let reader: Arc<dyn ObjectReader> = cache.clone();
+        let writes = WriteEngine::new(
+            write_config(config),
+            reader.clone(),
+            Some(cache.clone()),
+            metrics.clone(),
+        )?;
         Ok(Engines {
-            reader: cache.clone(),
+            reader,
             cache: Some(cache),
+            writes,
             metrics,
         })
     }
 
-    /// Every read goes straight to the store; for tests of the layers above the cache.
-    pub fn uncached() -> Engines {
-        Engines {
-            reader: Arc::new(DirectReader),
+    /// Every read goes straight to the store, and writes are committed with `config`; for tests
+    /// of the layers above the engines.
+    pub fn uncached(config: WriteConfig) -> Result<Engines, WriteError> {
+        let reader: Arc<dyn ObjectReader> = Arc::new(DirectReader);
+        let metrics = Metrics::new();
+        let writes = WriteEngine::new(config, reader.clone(), None, metrics.clone())?;
+        Ok(Engines {
+            reader,
             cache: None,
-            metrics: Metrics::new(),
-        }
+            writes,
+            metrics,
+        })
+    }
+}
+
+/// The write engine's settings: spill files live beside the cache's, under `cache_dir_path`.
+pub fn write_config(config: &Config) -> WriteConfig {
+    WriteConfig {
+        multipart_threshold: config.multipart_upload_threshold_bytes,
+        commit_workers: config.write_commit_workers,
+        dirty_limit: config.write_dirty_limit_bytes,
+        promote: config.cache.write_cache_promotion,
+        spill_parent: config.cache.dir_path.clone(),
     }
 }

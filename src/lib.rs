@@ -1,7 +1,7 @@
 //! msfs: mounts S3 and S3-compatible buckets as a filesystem.
 //!
 //! Layers, top to bottom (see ARCHITECTURE.md): `fuse` (kernel adapter) → `fs` (POSIX view) →
-//! `cache` (the read seam) → `store` (object stores). `config` parses the configuration once;
+//! `cache` (the read seam) and `write` (the write engine) → `store` (object stores). `config` parses the configuration once;
 //! `daemon` runs one mount; `engines` holds what all mounts of a process share.
 
 pub mod cache;
@@ -10,5 +10,7 @@ pub mod daemon;
 pub mod engines;
 pub mod fs;
 pub mod fuse;
+pub mod private_dir;
 pub mod store;
 pub mod telemetry;
+pub mod write;

@@ -22,10 +22,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::error::{CacheError, duplicate, storage_error};
 use super::stats::{CacheStats, Counters, bump};
-use super::storage::{self, LineStorage, PrivateDir};
+use super::storage::{self, LineStorage};
 use super::table::{Flight, Outcome, Pinned, Placement, SlotId, Table};
 use super::{ObjectReader, ObjectVersion};
 use crate::config::CacheConfig;
+use crate::private_dir::PrivateDir;
 use crate::store::{ObjectStore, StoreError};
 
 /// Read-ahead in flight across the whole cache is bounded to this many streams' worth of
@@ -92,7 +93,8 @@ impl LineCache {
             .filter(|lines| *lines > 0 && *lines < SlotId::MAX as usize)
             .ok_or(geometry("cache_lines must be between 1 and 2^32 - 2"))?;
         let parent = config.dir_path.clone().unwrap_or_else(std::env::temp_dir);
-        let dir = PrivateDir::create(&parent)?;
+        let dir = PrivateDir::create(&parent, "msfs-cache")
+            .map_err(|(path, source)| CacheError::CreateDir { path, source })?;
         let storage = storage::open(config.storage, dir.path(), line_size, lines)?;
         let budget = config
             .lines_to_prefetch
@@ -351,7 +353,9 @@ impl LineCache {
             .await
     }
 
-    /// Copies `len` bytes at `offset` out of a pinned clean line, then unpins it.
+    /// The `len` bytes at `offset` of a pinned clean line. Storage in this process's memory hands
+    /// them out in place, the pin travelling with the `Bytes` (no copy: the FUSE reply is the
+    /// only one); other storage copies them out, then unpins.
     async fn copy_out(
         &self,
         pin: PinGuard,
@@ -360,6 +364,16 @@ impl LineCache {
         len: usize,
         key: &str,
     ) -> Result<Bytes, StoreError> {
+        let storage = &self.shared.storage;
+        if let Some(address) = storage.address(&placement, offset, len) {
+            let ptr = address.map_err(|e| storage_error("read from cache", key, e))?;
+            bump(&self.shared.counters.bytes_from_cache, len as u64);
+            return Ok(Bytes::from_owner(PinnedBytes {
+                ptr,
+                len,
+                _pin: pin,
+            }));
+        }
         let copy = move |pin: PinGuard| {
             let mut buf = vec![0; len];
             let read = pin.shared.storage.read(&placement, offset, &mut buf);
@@ -368,7 +382,7 @@ impl LineCache {
             drop(pin);
             read.map(|()| buf)
         };
-        let copied = if len <= self.shared.storage.inline_limit() {
+        let copied = if len <= storage.inline_limit() {
             copy(pin)
         } else {
             tokio::task::spawn_blocking(move || copy(pin))
@@ -501,6 +515,30 @@ impl Drop for PinGuard {
     }
 }
 
+/// A clean line's bytes lent out in place: the pin keeps the slot from being refilled, and the
+/// storage (through the pin's `shared`) from being unmapped, until the last `Bytes` clone goes.
+struct PinnedBytes {
+    ptr: *const u8,
+    len: usize,
+    _pin: PinGuard,
+}
+
+// SAFETY: the bytes behind `ptr` are only read, and nothing writes them while the pin is held
+// (storage module doc: a pinned clean slot is never written), so sharing and sending the view
+// across threads is as safe as sharing a `&[u8]`.
+unsafe impl Send for PinnedBytes {}
+// SAFETY: as for `Send`: shared access only ever reads.
+unsafe impl Sync for PinnedBytes {}
+
+impl AsRef<[u8]> for PinnedBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `LineStorage::address` checked that `len` bytes at `ptr` lie inside the
+        // storage's mapping, which lives as long as `_pin.shared`; the pinned line is not
+        // written while we hold the pin.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
 /// The right to fill one inbound slot, and the duty to settle it: a `Fill` dropped unsettled
 /// (its task cancelled) frees the slot and sends its waiters to the store.
 struct Fill {
@@ -530,8 +568,14 @@ impl Fill {
 
     /// Writes the whole line into storage and marks it clean. A failed local write is counted
     /// and abandons the line (waiters read from the store). Returns whether the line is clean.
-    fn store(mut self, data: &[u8]) -> bool {
-        match self.shared.storage.write(&self.placement, data) {
+    fn store(self, data: &[u8]) -> bool {
+        let written = self.shared.storage.write_at(&self.placement, 0, data);
+        self.finish(written)
+    }
+
+    /// Settles the line after its bytes were written into storage, or failed to be.
+    fn finish(mut self, written: std::io::Result<()>) -> bool {
+        match written {
             Ok(()) => {
                 self.settle(Outcome::Ready);
                 true
@@ -589,35 +633,91 @@ fn spawn_fetch(
     let etag = object.etag.clone();
     tokio::spawn(async move {
         let _permit = permit;
-        let expected = range.end - range.start;
-        let fetched = store.get_range(&key, range, Some(&etag)).await;
-        if let Ok(bytes) = &fetched {
-            bump(&fill.shared.counters.bytes_from_backend, bytes.len() as u64);
-        }
-        match fetched.and_then(|bytes| exact_length(&key, bytes, expected)) {
-            Err(error) => fill.fail(error),
-            Ok(bytes) if bytes.len() <= fill.shared.storage.inline_limit() => {
-                fill.store(&bytes);
-            }
-            Ok(bytes) => {
-                // A whole line is up to `cache_line_size` of copying or disk writes. If the
-                // blocking task never runs, dropping it drops `fill`, which settles the slot.
-                let _ = tokio::task::spawn_blocking(move || fill.store(&bytes)).await;
-            }
+        if fill.shared.storage.address(&fill.placement, 0, 0).is_some() {
+            stream_into_line(store, &key, &etag, range, fill).await;
+        } else {
+            gather_then_store(store, &key, &etag, range, fill).await;
         }
     });
 }
 
-/// `bytes` if it is exactly `expected` long: the range asked for was already clamped to the
-/// object's size, so anything shorter was cut short and must not be cached as the whole line.
+/// Fills a line of in-memory storage chunk by chunk as the body arrives: one copy from the
+/// network buffers into the line, and no line-sized buffer in between.
+async fn stream_into_line(
+    store: Arc<dyn ObjectStore>,
+    key: &str,
+    etag: &str,
+    range: Range<u64>,
+    fill: Fill,
+) {
+    let expected = range.end - range.start;
+    let storage = Arc::clone(&fill.shared.storage);
+    let placement = fill.placement;
+    let mut written = Ok(());
+    let mut sink = |offset: u64, chunk: &[u8]| {
+        if written.is_ok() {
+            // A body longer than the line fails `span`'s bounds check here, and is then
+            // reported as a length mismatch below.
+            written = storage.write_at(&placement, offset as usize, chunk);
+        }
+    };
+    let fetched = store
+        .get_range_into(key, range, Some(etag), &mut sink)
+        .await;
+    if let Ok(received) = &fetched {
+        bump(&fill.shared.counters.bytes_from_backend, *received);
+    }
+    match fetched.and_then(|received| exact(key, received, expected)) {
+        Err(error) => fill.fail(error),
+        Ok(()) => {
+            fill.finish(written);
+        }
+    }
+}
+
+/// Fetches a line into one buffer, then writes it into storage that needs system calls, off the
+/// async runtime.
+async fn gather_then_store(
+    store: Arc<dyn ObjectStore>,
+    key: &str,
+    etag: &str,
+    range: Range<u64>,
+    fill: Fill,
+) {
+    let expected = range.end - range.start;
+    let fetched = store.get_range(key, range, Some(etag)).await;
+    if let Ok(bytes) = &fetched {
+        bump(&fill.shared.counters.bytes_from_backend, bytes.len() as u64);
+    }
+    match fetched.and_then(|bytes| exact_length(key, bytes, expected)) {
+        Err(error) => fill.fail(error),
+        Ok(bytes) if bytes.len() <= fill.shared.storage.inline_limit() => {
+            fill.store(&bytes);
+        }
+        Ok(bytes) => {
+            // A whole line is up to `cache_line_size` of disk writes. If the blocking task never
+            // runs, dropping it drops `fill`, which settles the slot.
+            let _ = tokio::task::spawn_blocking(move || fill.store(&bytes)).await;
+        }
+    }
+}
+
+/// `bytes` if it is exactly `expected` long (see [`exact`]).
 fn exact_length(key: &str, bytes: Bytes, expected: u64) -> Result<Bytes, StoreError> {
-    if bytes.len() as u64 == expected {
-        Ok(bytes)
+    exact(key, bytes.len() as u64, expected).map(|()| bytes)
+}
+
+/// Whether `got` bytes are exactly the `expected`: the range asked for was already clamped to
+/// the object's size, so anything shorter was cut short and must not be cached as the whole
+/// line (and anything longer is not the object we asked for).
+fn exact(key: &str, got: u64, expected: u64) -> Result<(), StoreError> {
+    if got == expected {
+        Ok(())
     } else {
         Err(StoreError::Truncated {
             op: "get",
             key: key.to_string(),
-            got: bytes.len() as u64,
+            got,
             expected,
         })
     }

@@ -9,10 +9,9 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,8 +34,8 @@ const INLINE_MAPPED_FILE: usize = 128 << 10;
 /// Moves line bytes in and out of one storage mode. See the module doc for the exclusivity
 /// contract every implementation relies on.
 pub(super) trait LineStorage: Send + Sync + 'static {
-    /// Stores `data` (at most one line) as the line at `at`.
-    fn write(&self, at: &Placement, data: &[u8]) -> io::Result<()>;
+    /// Stores `data` at `offset` within the line at `at` (a fill may arrive in chunks).
+    fn write_at(&self, at: &Placement, offset: usize, data: &[u8]) -> io::Result<()>;
 
     /// Copies `buf.len()` bytes of the line at `at`, from `offset` within the line.
     fn read(&self, at: &Placement, offset: usize, buf: &mut [u8]) -> io::Result<()>;
@@ -48,6 +47,12 @@ pub(super) trait LineStorage: Send + Sync + 'static {
 
     /// Largest read or write done on an async runtime thread; bigger ones go to the blocking pool.
     fn inline_limit(&self) -> usize;
+
+    /// The address of `len` bytes at `offset` in the line at `at`, for storage that lives in
+    /// this process's memory (`None` for storage only reachable through system calls). Lets a
+    /// reader hand out a pinned line's bytes without copying them; the address stays valid
+    /// while the storage lives, and the bytes stay those of the line while its slot is pinned.
+    fn address(&self, at: &Placement, offset: usize, len: usize) -> Option<io::Result<*const u8>>;
 }
 
 /// Opens the storage for `mode` in the private directory `dir`.
@@ -169,8 +174,8 @@ impl MappedLines {
 }
 
 impl LineStorage for MappedLines {
-    fn write(&self, at: &Placement, data: &[u8]) -> io::Result<()> {
-        let dst = self.span(at, 0, data.len())?;
+    fn write_at(&self, at: &Placement, offset: usize, data: &[u8]) -> io::Result<()> {
+        let dst = self.span(at, offset, data.len())?;
         // SAFETY: `span` checked the range is inside the mapping. The slot is inbound and owned
         // by this fill alone: no reader has it pinned and no other fill can claim it until the
         // table marks it ready or free (module doc), so nothing else accesses these bytes now.
@@ -194,6 +199,10 @@ impl LineStorage for MappedLines {
 
     fn inline_limit(&self) -> usize {
         self.inline
+    }
+
+    fn address(&self, at: &Placement, offset: usize, len: usize) -> Option<io::Result<*const u8>> {
+        Some(self.span(at, offset, len).map(|ptr| ptr.cast_const()))
     }
 }
 
@@ -243,8 +252,8 @@ impl PerInodeFiles {
 }
 
 impl LineStorage for PerInodeFiles {
-    fn write(&self, at: &Placement, data: &[u8]) -> io::Result<()> {
-        let offset = self.offset(at, 0)?;
+    fn write_at(&self, at: &Placement, offset: usize, data: &[u8]) -> io::Result<()> {
+        let offset = self.offset(at, offset)?;
         let file = {
             let mut files = self.files();
             let entry = match files.get_mut(&at.object) {
@@ -309,6 +318,10 @@ impl LineStorage for PerInodeFiles {
         // Every pread/pwrite can wait on the disk: always in the blocking pool.
         0
     }
+
+    fn address(&self, _: &Placement, _: usize, _: usize) -> Option<io::Result<*const u8>> {
+        None
+    }
 }
 
 /// Frees the blocks of `len` bytes at `offset`, keeping the file's size. Best effort: where the
@@ -330,54 +343,5 @@ fn punch_hole(file: &File, offset: u64, len: u64) {
     if rc != 0 {
         let e = io::Error::last_os_error();
         tracing::debug!(error = %e, "cannot punch an evicted line out of its cache file");
-    }
-}
-
-/// The cache's own directory under `cache_dir_path`, removed with everything in it on drop.
-#[derive(Debug)]
-pub(super) struct PrivateDir {
-    path: PathBuf,
-}
-
-impl PrivateDir {
-    /// Creates `msfs-cache-<pid>-<random>` under `parent`, readable only by this user. The name
-    /// never collides with another process's directory: on the off chance it exists, another
-    /// random name is tried.
-    pub fn create(parent: &Path) -> Result<PrivateDir, CacheError> {
-        let mut last = None;
-        for attempt in 0..8u64 {
-            let random = RandomState::new().hash_one((std::process::id(), attempt));
-            let path = parent.join(format!("msfs-cache-{}-{:016x}", std::process::id(), random));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(PrivateDir { path }),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some((path, e)),
-                Err(source) => return Err(CacheError::CreateDir { path, source }),
-            }
-        }
-        let (path, source) = last.unwrap_or_else(|| {
-            (
-                parent.to_path_buf(),
-                io::Error::other("no free directory name"),
-            )
-        });
-        Err(CacheError::CreateDir { path, source })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        match std::fs::remove_dir_all(&self.path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(
-                path = %self.path.display(),
-                error = %e,
-                "cannot remove the cache directory; delete it by hand"
-            ),
-        }
     }
 }

@@ -1,18 +1,16 @@
 //! Line cache behaviour, run against the local-directory store through a wrapper that counts,
 //! holds back, cuts short or fails GETs. Every storage mode runs the same suite.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
-
-use async_trait::async_trait;
-use bytes::Bytes;
-use tokio::sync::watch;
+use std::sync::Arc;
 
 use super::{CacheError, LineCache, ObjectReader, ObjectVersion};
 use crate::config::{CacheConfig, CacheStorage};
-use crate::store::{CompletedPart, FileStore, ListPage, ObjectMeta, ObjectStore, PutResult};
-use crate::store::{Result as StoreResult, StoreError};
+use bytes::Bytes;
+
+use crate::store::testing::TestStore;
+use crate::store::{ObjectStore, StoreError};
 
 const LINE: u64 = 4096;
 
@@ -23,182 +21,6 @@ fn pattern(seed: u8, offset: u64) -> u8 {
 
 fn patterned(seed: u8, len: u64) -> Vec<u8> {
     (0..len).map(|o| pattern(seed, o)).collect()
-}
-
-/// A store that forwards to a [`FileStore`], records every GET, and on request holds GETs of
-/// some keys until the gate opens, fails the next GETs of a key, or cuts their bodies short.
-#[derive(Debug)]
-struct TestStore {
-    inner: FileStore,
-    id: String,
-    gets: Mutex<Vec<(String, Range<u64>)>>,
-    held: Mutex<HashSet<String>>,
-    gate: watch::Sender<bool>,
-    /// How many held GETs have reached the gate.
-    arrived: watch::Sender<usize>,
-    failures: Mutex<HashMap<String, u32>>,
-    short: Mutex<HashSet<String>>,
-}
-
-impl TestStore {
-    fn new(root: &std::path::Path, id: &str) -> Arc<TestStore> {
-        Arc::new(TestStore {
-            inner: FileStore::new(root.to_path_buf()).expect("file store"),
-            id: id.to_string(),
-            gets: Mutex::default(),
-            held: Mutex::default(),
-            gate: watch::channel(false).0,
-            arrived: watch::channel(0).0,
-            failures: Mutex::default(),
-            short: Mutex::default(),
-        })
-    }
-
-    fn gets(&self) -> Vec<(String, Range<u64>)> {
-        self.gets.lock().expect("gets").clone()
-    }
-
-    fn gets_of(&self, key: &str) -> usize {
-        self.gets().iter().filter(|(k, _)| k == key).count()
-    }
-
-    fn hold(&self, key: &str) {
-        self.held.lock().expect("held").insert(key.to_string());
-    }
-
-    fn open_gate(&self) {
-        self.gate.send_replace(true);
-    }
-
-    async fn until_arrived(&self, n: usize) {
-        let mut arrived = self.arrived.subscribe();
-        arrived.wait_for(|a| *a >= n).await.expect("store alive");
-    }
-
-    fn fail_next(&self, key: &str, times: u32) {
-        self.failures
-            .lock()
-            .expect("failures")
-            .insert(key.to_string(), times);
-    }
-}
-
-#[async_trait]
-impl ObjectStore for TestStore {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        self.inner.head(key).await
-    }
-
-    async fn get_range(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        etag: Option<&str>,
-    ) -> StoreResult<Bytes> {
-        self.gets
-            .lock()
-            .expect("gets")
-            .push((key.to_string(), range.clone()));
-        if self.held.lock().expect("held").contains(key) {
-            self.arrived.send_modify(|a| *a += 1);
-            let mut gate = self.gate.subscribe();
-            gate.wait_for(|open| *open).await.expect("store alive");
-        }
-        let fail = match self.failures.lock().expect("failures").get_mut(key) {
-            Some(left) if *left > 0 => {
-                *left -= 1;
-                true
-            }
-            _ => false,
-        };
-        if fail {
-            return Err(StoreError::Unreachable {
-                op: "get",
-                key: key.to_string(),
-                endpoint: "test".into(),
-                message: "injected failure".into(),
-            });
-        }
-        let body = self.inner.get_range(key, range, etag).await?;
-        if self.short.lock().expect("short").contains(key) && !body.is_empty() {
-            return Ok(body.slice(..body.len() - 1));
-        }
-        Ok(body)
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        continuation: Option<String>,
-        max_keys: Option<u32>,
-    ) -> StoreResult<ListPage> {
-        self.inner
-            .list(prefix, delimiter, continuation, max_keys)
-            .await
-    }
-
-    async fn put(&self, key: &str, body: Bytes) -> StoreResult<PutResult> {
-        self.inner.put(key, body).await
-    }
-
-    async fn create_multipart(&self, key: &str) -> StoreResult<String> {
-        self.inner.create_multipart(key).await
-    }
-
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Bytes,
-    ) -> StoreResult<CompletedPart> {
-        self.inner
-            .upload_part(key, upload_id, part_number, body)
-            .await
-    }
-
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
-    ) -> StoreResult<CompletedPart> {
-        self.inner
-            .upload_part_copy(key, upload_id, part_number, source_key, range)
-            .await
-    }
-
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: &[CompletedPart],
-    ) -> StoreResult<PutResult> {
-        self.inner.complete_multipart(key, upload_id, parts).await
-    }
-
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        self.inner.abort_multipart(key, upload_id).await
-    }
-
-    async fn copy(&self, source_key: &str, dest_key: &str) -> StoreResult<PutResult> {
-        self.inner.copy(source_key, dest_key).await
-    }
-
-    async fn delete(&self, key: &str) -> StoreResult<()> {
-        self.inner.delete(key).await
-    }
-
-    async fn delete_many(&self, keys: &[String]) -> StoreResult<()> {
-        self.inner.delete_many(keys).await
-    }
 }
 
 /// A cache of `lines` lines of [`LINE`] bytes over a test store of patterned objects.

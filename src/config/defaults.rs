@@ -18,6 +18,9 @@ pub(super) const CACHE_LINES_TO_PREFETCH: u64 = 4;
 pub(super) const WRITE_CACHE_PROMOTION: bool = false;
 pub(super) const MULTIPART_UPLOAD_THRESHOLD_BYTES: u64 = 67_108_864;
 pub(super) const WRITE_COMMIT_WORKERS: usize = 8;
+/// Uncommitted written bytes held locally (on disk, under `cache_dir_path`) before writers wait.
+pub(super) const WRITE_DIRTY_LIMIT_BYTES: u64 = 4 << 30;
+pub(super) const MIN_WRITE_DIRTY_LIMIT_BYTES: u64 = 64 << 20;
 pub(super) const PROCESS_MEMORY_LIMIT: u64 = 4_294_967_296;
 pub(super) const AUTO_SIGHUP_INTERVAL_SECS: u64 = 0;
 

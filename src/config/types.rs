@@ -44,6 +44,8 @@ pub struct Config {
     pub multipart_upload_threshold_bytes: u64,
     /// Concurrent object commits (PUT / multipart) across the mount.
     pub write_commit_workers: usize,
+    /// Written bytes not yet committed, across all files, beyond which writers wait (ours).
+    pub write_dirty_limit_bytes: u64,
     /// Memory budget for the whole process in bytes; 0 means no limit.
     pub process_memory_limit: u64,
     /// Reload the config file this often, as if sent SIGHUP; `None` disables it.

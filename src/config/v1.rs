@@ -74,6 +74,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         },
         multipart_upload_threshold_bytes: d::MULTIPART_UPLOAD_THRESHOLD_BYTES,
         write_commit_workers: d::WRITE_COMMIT_WORKERS,
+        write_dirty_limit_bytes: d::WRITE_DIRTY_LIMIT_BYTES,
         process_memory_limit: d::PROCESS_MEMORY_LIMIT,
         auto_sighup_interval: None,
         metrics_endpoint: None,
@@ -115,6 +116,13 @@ pub(super) fn parse_v1(
     c.write_commit_workers = s.int_or("write_commit_workers", d::WRITE_COMMIT_WORKERS)?;
     if c.write_commit_workers == 0 {
         return Err(s.invalid("write_commit_workers", "must be at least 1"));
+    }
+    c.write_dirty_limit_bytes = s.int_or("write_dirty_limit_bytes", d::WRITE_DIRTY_LIMIT_BYTES)?;
+    if c.write_dirty_limit_bytes < d::MIN_WRITE_DIRTY_LIMIT_BYTES {
+        return Err(s.invalid(
+            "write_dirty_limit_bytes",
+            "must be at least 67108864 (64 MiB)",
+        ));
     }
     c.process_memory_limit = s.int_or("process_memory_limit", d::PROCESS_MEMORY_LIMIT)?;
     c.auto_sighup_interval =

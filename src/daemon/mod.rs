@@ -39,8 +39,8 @@ pub enum DaemonError {
     },
     #[error("metrics: {0}")]
     Metrics(String),
-    #[error("cache: {0}")]
-    Cache(#[source] crate::cache::CacheError),
+    #[error("{0}")]
+    Engines(#[source] crate::engines::EnginesError),
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -52,7 +52,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         .thread_name("msfs-io")
         .build()
         .map_err(DaemonError::Runtime)?;
-    let engines = Engines::from_config(&config.cache).map_err(DaemonError::Cache)?;
+    let engines = Engines::from_config(&config).map_err(DaemonError::Engines)?;
     let metrics = engines.metrics.clone();
     let backends = runtime.block_on(open_backends(&config.backends, &metrics))?;
     metrics.set_mounted_backends(backends.len());
@@ -75,6 +75,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     };
     let backend_count = backends.len();
     let engines_cache = engines.cache.clone();
+    let writes = engines.writes.clone();
     let fs = Arc::new(Fs::new(options, engines, backends));
     let fs_for_reload = fs.clone();
     let adapter = FuseAdapter::new(fs, runtime.handle().clone(), config.max_write);
@@ -123,6 +124,11 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "FUSE session ended with an error"),
         Err(_) => tracing::error!("FUSE session thread panicked"),
+    }
+    // Files closed without flush_on_close may still be committing: land them before exiting.
+    for (target, error) in runtime.block_on(writes.drain()) {
+        tracing::error!(backend = %target.backend, key = %target.key, error = %error,
+            "could not commit a written file before exiting; its data is lost");
     }
     if let Some(cache) = &engines_cache {
         tracing::info!(stats = ?cache.stats(), "cache at unmount");
@@ -191,9 +197,9 @@ fn session_config(config: &Config) -> fuser::Config {
         MountOption::NoAtime,
         MountOption::NoDev,
         MountOption::NoSuid,
-        // Every backend is read-only until the write engine lands; saying so lets the kernel
-        // refuse writes before they reach us.
-        MountOption::RO,
+        // Read-write even when every backend is read-only: a reload may add a writable one.
+        // Read-only backends answer EROFS themselves.
+        MountOption::RW,
     ];
     session.acl = if config.allow_other {
         SessionACL::All

@@ -21,6 +21,8 @@ pub struct BackendSettings {
     /// Key prefix of everything this backend shows; "" or ending with "/".
     pub prefix: String,
     pub readonly: bool,
+    /// Close waits for the commit (`true`) or leaves it to the background (`false`).
+    pub flush_on_close: bool,
     pub uid: u32,
     pub gid: u32,
     pub dir_perm: u16,
@@ -59,8 +61,8 @@ impl BackendSettings {
         BackendSettings {
             store,
             prefix: config.prefix.clone(),
-            // Writes are not built yet: every backend is served read-only.
-            readonly: true,
+            readonly: config.readonly,
+            flush_on_close: config.flush_on_close,
             uid: config.uid,
             gid: config.gid,
             dir_perm: config.dir_perm,

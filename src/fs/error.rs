@@ -1,6 +1,7 @@
 //! Errors of the filesystem layer and their one mapping to errno.
 
 use crate::store::StoreError;
+use crate::write::WriteError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -24,6 +25,23 @@ pub enum FsError {
         #[source]
         source: StoreError,
     },
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("name longer than 255 bytes")]
+    NameTooLong,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// Moving across backends, or a non-empty directory: tools like `mv` then copy and delete.
+    #[error("cannot rename {0}")]
+    CrossDevice(&'static str),
+    #[error("busy: {0}")]
+    Busy(&'static str),
+    #[error("not opened for writing")]
+    NotWritable,
 }
 
 impl FsError {
@@ -37,14 +55,37 @@ impl FsError {
             FsError::Unsupported(_) => libc::ENOSYS,
             FsError::BadHandle(_) => libc::EBADF,
             FsError::UnknownInode(_) => libc::ESTALE,
-            FsError::Store { source, .. } => match source.root() {
-                StoreError::NotFound { .. } => libc::ENOENT,
-                StoreError::AccessDenied { .. } => libc::EACCES,
-                // The object was replaced under an open handle: the handle's version is gone.
-                StoreError::Changed { .. } => libc::ESTALE,
-                StoreError::Unreachable { .. } => libc::EIO,
+            FsError::Store { source, .. } => store_errno(source),
+            FsError::Write(e) => match e {
+                WriteError::Store { source, .. } => store_errno(source),
+                WriteError::Spill { source } | WriteError::SpillDir { source, .. }
+                    if source.kind() == std::io::ErrorKind::StorageFull =>
+                {
+                    libc::ENOSPC
+                }
+                WriteError::TooLarge { .. } => libc::EFBIG,
+                WriteError::Deleted => libc::ENOENT,
+                // Includes a failed earlier commit reported to fsync: the data is kept and
+                // retried, but the application must learn that it did not land when it should.
                 _ => libc::EIO,
             },
+            FsError::Exists => libc::EEXIST,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::Invalid(_) => libc::EINVAL,
+            FsError::CrossDevice(_) => libc::EXDEV,
+            FsError::Busy(_) => libc::EBUSY,
+            FsError::NotWritable => libc::EBADF,
         }
+    }
+}
+
+fn store_errno(source: &StoreError) -> i32 {
+    match source.root() {
+        StoreError::NotFound { .. } => libc::ENOENT,
+        StoreError::AccessDenied { .. } => libc::EACCES,
+        // The object was replaced under an open handle: the handle's version is gone.
+        StoreError::Changed { .. } => libc::ESTALE,
+        _ => libc::EIO,
     }
 }

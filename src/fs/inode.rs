@@ -140,6 +140,34 @@ impl InodeTable {
         }
     }
 
+    /// `name` in `parent` is gone (unlinked, removed or renamed away): lookups no longer find
+    /// its inode, which lives on until the kernel forgets it.
+    pub fn remove_name(&mut self, parent: u64, name: &str) {
+        self.by_name.remove(&(parent, name.to_string()));
+    }
+
+    /// Moves the inode of `name` in `parent` to `new_name` in `new_parent` (at `new_path`),
+    /// replacing whatever had that name.
+    pub fn rename(
+        &mut self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        new_path: String,
+    ) {
+        let Some(ino) = self.by_name.remove(&(parent, name.to_string())) else {
+            self.by_name.remove(&(new_parent, new_name.to_string()));
+            return;
+        };
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.parent = new_parent;
+            node.name = new_name.to_string();
+            node.path = new_path;
+        }
+        self.by_name.insert((new_parent, new_name.to_string()), ino);
+    }
+
     /// A number for a directory entry the kernel takes no reference on (plain readdir): the
     /// entry's inode if it has one, else a fresh number that no node uses.
     pub fn peek_or_reserve(&mut self, parent: u64, name: &str) -> u64 {
@@ -172,6 +200,7 @@ mod tests {
                 store,
                 prefix: String::new(),
                 readonly: true,
+                flush_on_close: false,
                 uid: 0,
                 gid: 0,
                 dir_perm: 0o555,

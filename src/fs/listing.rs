@@ -12,7 +12,7 @@ use super::backend::BackendSettings;
 use crate::store::{ObjectMeta, StoreError};
 
 /// The longest name most Linux filesystems and tools accept.
-const NAME_MAX: usize = 255;
+pub const NAME_MAX: usize = 255;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileMeta {

@@ -10,6 +10,7 @@ mod error;
 mod inode;
 mod listing;
 mod stream;
+mod write_ops;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,10 +23,12 @@ pub use backend::{Backend, BackendSettings};
 pub use error::FsError;
 pub use inode::ROOT_INO;
 pub use listing::{ChildKind, FileMeta, valid_name};
+pub use write_ops::{RenameFlags, SetAttr};
 
 use crate::cache::ObjectVersion;
 use crate::engines::Engines;
 use crate::store::ObjectStore;
+use crate::write::{DirtyFile, DirtyMeta, Target};
 use inode::{InodeTable, Node};
 use stream::SequentialDetector;
 
@@ -69,12 +72,27 @@ pub struct DirEntry {
     pub kind: ChildKind,
 }
 
-/// An open file: the exact object version it reads, fixed at open (close-to-open consistency).
+/// An open file: the exact object version it reads, fixed at open (close-to-open consistency),
+/// or the file being written there.
 struct FileHandle {
+    ino: u64,
     store: Arc<dyn ObjectStore>,
     backend: String,
     version: ObjectVersion,
     stream: SequentialDetector,
+    /// The file's content while it is being written (through this handle or another): reads
+    /// go through it, so a writer reads its own writes.
+    dirty: Option<Arc<DirtyFile>>,
+    /// Opened for writing; `dirty` is then this handle's, released at close.
+    writable: bool,
+    flush_on_close: bool,
+}
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenMode {
+    pub write: bool,
+    pub truncate: bool,
 }
 
 /// An open directory: a snapshot of its entries, so offsets stay stable while it is read.
@@ -82,6 +100,12 @@ struct DirHandle {
     ino: u64,
     parent: u64,
     entries: Arc<Vec<DirEntry>>,
+}
+
+/// An object unlinked while a handle was open on it.
+struct Unlinked {
+    ino: u64,
+    store: Arc<dyn ObjectStore>,
 }
 
 struct DirSnapshot {
@@ -98,6 +122,8 @@ pub struct Fs {
     /// Recent full listings, which answer lookups without another request.
     listings: Mutex<HashMap<u64, DirSnapshot>>,
     negative: Mutex<HashMap<(u64, String), Instant>>,
+    /// Objects unlinked while open: hidden from lookups and listings, deleted at the last close.
+    unlinked: Mutex<HashMap<(String, String), Unlinked>>,
     files: Mutex<HashMap<u64, Arc<FileHandle>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     next_handle: AtomicU64,
@@ -121,6 +147,7 @@ impl Fs {
             inodes: Mutex::new(InodeTable::new()),
             listings: Mutex::new(HashMap::new()),
             negative: Mutex::new(HashMap::new()),
+            unlinked: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
@@ -250,23 +277,47 @@ impl Fs {
                 lock(&self.inodes).lookup(ROOT_INO, name, backend, String::new(), ChildKind::Dir);
             return Ok(self.attr_of(&node));
         };
+        let (backend, path, kind) = self.resolve(&dir, backend, name).await?;
+        let node = lock(&self.inodes).lookup(parent, name, backend, path, kind);
+        Ok(self.attr_of(&node))
+    }
+
+    /// What `name` in directory `dir` (of `backend`) is, without taking a kernel reference: a
+    /// file being written, else what the listing snapshot or the store says.
+    async fn resolve(
+        &self,
+        dir: &Node,
+        backend: Arc<Backend>,
+        name: &str,
+    ) -> Result<(Arc<Backend>, String, ChildKind)> {
         if !valid_name(name) {
             return Err(FsError::NotFound);
         }
         let path = listing::child_path(&dir.path, name);
-        let kind = match self.fresh_listing(parent) {
+        let settings = backend.settings();
+        let key = settings.key_of(&path);
+        if self.is_unlinked(settings.store.id(), &key) {
+            return Err(FsError::NotFound);
+        }
+        if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
+            return Ok((backend, path, pending_kind(file.meta())));
+        }
+        let kind = match self.fresh_listing(dir.ino) {
             Some(children) => children.get(name).cloned(),
-            None if self.recently_missing(parent, name) => None,
-            None => listing::probe(&backend.settings(), &path)
+            None if self.recently_missing(dir.ino, name) => None,
+            None => listing::probe(&settings, &path)
                 .await
                 .map_err(|e| Self::store_error(&backend, e))?,
         };
         let Some(kind) = kind else {
-            self.remember_missing(parent, name);
+            self.remember_missing(dir.ino, name);
             return Err(FsError::NotFound);
         };
-        let node = lock(&self.inodes).lookup(parent, name, backend, path, kind);
-        Ok(self.attr_of(&node))
+        Ok((backend, path, kind))
+    }
+
+    fn is_unlinked(&self, store_id: &str, key: &str) -> bool {
+        lock(&self.unlinked).contains_key(&(store_id.to_string(), key.to_string()))
     }
 
     pub fn forget(&self, ino: u64, count: u64) {
@@ -290,10 +341,24 @@ impl Fs {
         let (Some(backend), Some(_)) = (&node.backend, node.file()) else {
             return Ok(node);
         };
-        if node.refreshed.elapsed() < self.options.ttl {
+        let settings = backend.settings();
+        if let Some(file) = self
+            .engines
+            .writes
+            .find(settings.store.id(), &settings.key_of(&node.path))
+        {
+            let mut inodes = lock(&self.inodes);
+            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+            node.kind = pending_kind(file.meta());
+            node.refreshed = Instant::now();
+            return Ok(node.clone());
+        }
+        // An empty ETag marks metadata last seen in the write engine, which has let go of the
+        // file since (its commit landed): only the store knows the object's version now.
+        let from_writes = node.file().is_some_and(|meta| meta.etag.is_empty());
+        if !from_writes && node.refreshed.elapsed() < self.options.ttl {
             return Ok(node);
         }
-        let settings = backend.settings();
         let head = settings
             .store
             .head(&settings.key_of(&node.path))
@@ -307,65 +372,140 @@ impl Fs {
         Ok(node.clone())
     }
 
-    /// Opens a file for reading. Returns the handle and whether the kernel may keep the pages it
-    /// cached at an earlier open (same object version).
-    pub async fn open(&self, ino: u64, write: bool) -> Result<(u64, bool)> {
+    /// Opens a file. Returns the handle and whether the kernel may keep the pages it cached at
+    /// an earlier open (same object version, and nobody writing it).
+    pub async fn open(&self, ino: u64, mode: OpenMode) -> Result<(u64, bool)> {
         let node = self.refreshed(ino).await?;
         let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
             return Err(FsError::IsADirectory);
         };
-        if write {
+        let settings = backend.settings();
+        if mode.write && settings.readonly {
             return Err(FsError::ReadOnly {
                 backend: backend.dir_name.clone(),
             });
         }
+        let key = settings.key_of(&node.path);
+        let version = ObjectVersion {
+            key: key.clone(),
+            etag: meta.etag.clone(),
+            size: meta.size,
+        };
+        let writes = &self.engines.writes;
+        let dirty = if mode.write {
+            let target = Target {
+                store: settings.store.clone(),
+                backend: backend.dir_name.clone(),
+                key,
+            };
+            // An empty ETag marks a file known only to the write engine: no base object.
+            let base = (!meta.etag.is_empty()).then(|| version.clone());
+            let file = writes.open(target, base);
+            // From now on the write engine knows this file's content, not the store or the
+            // parent's listing snapshot.
+            if let Some(node) = lock(&self.inodes).get_mut(ino) {
+                node.kind = pending_kind(file.meta());
+            }
+            lock(&self.listings).remove(&node.parent);
+            if mode.truncate
+                && let Err(e) = writes.truncate(&file, 0)
+            {
+                writes.release(&file);
+                return Err(e.into());
+            }
+            Some(file)
+        } else {
+            writes.find(settings.store.id(), &key)
+        };
         let keep_cache = {
             let mut inodes = lock(&self.inodes);
             let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
-            let same = node.cached_etag.as_deref() == Some(meta.etag.as_str());
-            node.cached_etag = Some(meta.etag.clone());
+            let same = dirty.is_none() && node.cached_etag.as_deref() == Some(meta.etag.as_str());
+            node.cached_etag = dirty.is_none().then(|| meta.etag.clone());
             same
         };
-        let settings = backend.settings();
         let handle = FileHandle {
+            ino,
             store: settings.store.clone(),
             backend: backend.dir_name.clone(),
-            version: ObjectVersion {
-                key: settings.key_of(&node.path),
-                etag: meta.etag.clone(),
-                size: meta.size,
-            },
+            version,
             stream: SequentialDetector::default(),
+            dirty,
+            writable: mode.write,
+            flush_on_close: settings.flush_on_close,
         };
+        Ok((self.add_handle(handle), keep_cache))
+    }
+
+    fn add_handle(&self, handle: FileHandle) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         lock(&self.files).insert(fh, Arc::new(handle));
-        Ok((fh, keep_cache))
+        fh
+    }
+
+    fn handle(&self, fh: u64) -> Result<Arc<FileHandle>> {
+        lock(&self.files)
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BadHandle(fh))
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
-        let handle = lock(&self.files)
-            .get(&fh)
-            .cloned()
-            .ok_or(FsError::BadHandle(fh))?;
+        let handle = self.handle(fh)?;
         let end = offset.saturating_add(u64::from(size));
         let sequential = handle.stream.observe(offset, u64::from(size));
-        let bytes = self
-            .engines
-            .reader
-            .read(&handle.store, &handle.version, offset..end, sequential)
-            .await
-            .map_err(|source| FsError::Store {
-                backend: handle.backend.clone(),
-                source,
-            })?;
+        let bytes = match &handle.dirty {
+            Some(file) => {
+                self.engines
+                    .writes
+                    .read(file, offset..end, sequential)
+                    .await?
+            }
+            None => self
+                .engines
+                .reader
+                .read(&handle.store, &handle.version, offset..end, sequential)
+                .await
+                .map_err(|source| FsError::Store {
+                    backend: handle.backend.clone(),
+                    source,
+                })?,
+        };
         self.engines
             .metrics
             .read_served(&handle.backend, bytes.len());
         Ok(bytes)
     }
 
-    pub fn release(&self, fh: u64) {
-        lock(&self.files).remove(&fh);
+    /// The last close of a handle. A written file left dirty is committed in the background
+    /// (normally already started by `flush`); an object unlinked while open is deleted once no
+    /// handle of this mount has it open.
+    pub async fn release(&self, fh: u64) {
+        let Some(handle) = lock(&self.files).remove(&fh) else {
+            return;
+        };
+        if let (true, Some(file)) = (handle.writable, &handle.dirty) {
+            self.engines.writes.commit_in_background(file);
+            self.engines.writes.release(file);
+        }
+        let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
+        if still_open {
+            return;
+        }
+        let doomed = {
+            let mut unlinked = lock(&self.unlinked);
+            let id = (handle.store.id().to_string(), handle.version.key.clone());
+            match unlinked.get(&id) {
+                Some(u) if u.ino == handle.ino => unlinked.remove(&id),
+                _ => None,
+            }
+        };
+        if let Some(doomed) = doomed
+            && let Err(e) = doomed.store.delete(&handle.version.key).await
+        {
+            tracing::warn!(backend = %handle.backend, key = %handle.version.key, error = %e,
+                "cannot delete a file unlinked while open");
+        }
     }
 
     /// Opens a directory: reads its full listing now, so errors surface here and offsets are
@@ -414,11 +554,12 @@ impl Fs {
         backend: &Backend,
         path: &str,
     ) -> Result<Arc<BTreeMap<String, ChildKind>>> {
-        let children = Arc::new(
-            listing::list_dir(&backend.settings(), path)
-                .await
-                .map_err(|e| Self::store_error(backend, e))?,
-        );
+        let settings = backend.settings();
+        let mut children = listing::list_dir(&settings, path)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
+        self.overlay_writes(&settings, path, &mut children);
+        let children = Arc::new(children);
         lock(&self.listings).insert(
             ino,
             DirSnapshot {
@@ -427,6 +568,33 @@ impl Fs {
             },
         );
         Ok(children)
+    }
+
+    /// Shows files being written (which may not exist in the store yet) and hides objects
+    /// unlinked while open (which still do).
+    fn overlay_writes(
+        &self,
+        settings: &BackendSettings,
+        path: &str,
+        children: &mut BTreeMap<String, ChildKind>,
+    ) {
+        let store_id = settings.store.id();
+        let prefix = settings.dir_prefix_of(path);
+        for (name, file) in self.engines.writes.files_in(store_id, &prefix) {
+            if !matches!(children.get(&name), Some(ChildKind::Dir)) {
+                children.insert(name, pending_kind(file));
+            }
+        }
+        let unlinked = lock(&self.unlinked);
+        children.retain(|name, _| {
+            !unlinked.contains_key(&(store_id.to_string(), format!("{prefix}{name}")))
+        });
+    }
+
+    /// Forgets what is known of directory `dir` and of `name` in it, after a change there.
+    fn invalidate_entry(&self, dir: u64, name: &str) {
+        lock(&self.listings).remove(&dir);
+        lock(&self.negative).remove(&(dir, name.to_string()));
     }
 
     fn fresh_listing(&self, ino: u64) -> Option<Arc<BTreeMap<String, ChildKind>>> {
@@ -532,22 +700,16 @@ impl Fs {
     pub fn releasedir(&self, fh: u64) {
         lock(&self.dirs).remove(&fh);
     }
+}
 
-    /// Refuses a change to the namespace under `parent` (create, mkdir, unlink, rename…). Every
-    /// backend is read-only until the write engine lands; the mount root never changes.
-    pub fn refuse_change(&self, ino: u64) -> FsError {
-        match self.node(ino) {
-            Ok(Node {
-                backend: Some(b), ..
-            }) => FsError::ReadOnly {
-                backend: b.dir_name.clone(),
-            },
-            Ok(_) => FsError::ReadOnly {
-                backend: "(mount root)".into(),
-            },
-            Err(e) => e,
-        }
-    }
+/// What a file being written looks like to `stat` and listings. Its ETag is left empty: the
+/// kernel must not keep pages cached for it across opens.
+fn pending_kind(meta: DirtyMeta) -> ChildKind {
+    ChildKind::File(FileMeta {
+        size: meta.size,
+        etag: String::new(),
+        mtime: meta.mtime,
+    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use fuser::{
 };
 use tokio::runtime::Handle;
 
-use crate::fs::{Attr, Fs, FsError, Kind};
+use crate::fs::{Attr, Fs, FsError, Kind, OpenMode, RenameFlags, SetAttr};
 
 /// Largest read the kernel may send in one request (and its read-ahead window): large requests
 /// mean fewer round trips per byte on sequential reads.
@@ -102,7 +102,9 @@ impl Filesystem for FuseAdapter {
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_AUTO_INVAL_DATA
-            | InitFlags::FUSE_ASYNC_READ;
+            | InitFlags::FUSE_ASYNC_READ
+            // O_TRUNC arrives with the open instead of as a separate setattr.
+            | InitFlags::FUSE_ATOMIC_O_TRUNC;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let _ = config.set_max_readahead(MAX_READAHEAD);
         let _ = config.set_max_write(self.max_write.max(4096));
@@ -138,9 +140,13 @@ impl Filesystem for FuseAdapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        let mode = OpenMode {
+            write: flags.acc_mode() != OpenAccMode::O_RDONLY || truncate,
+            truncate,
+        };
         self.spawn("open", move |fs| async move {
-            match fs.open(ino.0, write).await {
+            match fs.open(ino.0, mode).await {
                 Ok((fh, keep_cache)) => {
                     let flags = if keep_cache {
                         FopenFlags::FOPEN_KEEP_CACHE
@@ -183,8 +189,10 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.fs.release(fh.0);
-        reply.ok();
+        self.spawn("release", move |fs| async move {
+            fs.release(fh.0).await;
+            reply.ok();
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -270,11 +278,32 @@ impl Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok(); // nothing is buffered on the read path
+        self.spawn("flush", move |fs| async move {
+            match fs.flush(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn("fsync", move |fs| async move {
+            match fs.fsync(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     // Extended attributes: objects carry none we expose. ENOSYS tells the kernel once and for all,
@@ -295,8 +324,6 @@ impl Filesystem for FuseAdapter {
         reply.error(Errno::ENOSYS);
     }
 
-    // Every change to the namespace or to file contents is refused until the write engine lands.
-
     fn setattr(
         &self,
         _req: &Request,
@@ -304,113 +331,214 @@ impl Filesystem for FuseAdapter {
         _mode: Option<u32>,
         _uid: Option<u32>,
         _gid: Option<u32>,
-        _size: Option<u64>,
+        size: Option<u64>,
         _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<std::time::SystemTime>,
         _chgtime: Option<std::time::SystemTime>,
         _bkuptime: Option<std::time::SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        reply.error(errno(&self.fs.refuse_change(ino.0)));
+        let change = SetAttr {
+            size,
+            mtime: mtime.map(|t| match t {
+                TimeOrNow::SpecificTime(t) => t,
+                TimeOrNow::Now => std::time::SystemTime::now(),
+            }),
+            fh: fh.map(|fh| fh.0),
+        };
+        self.spawn("setattr", move |fs| async move {
+            match fs.setattr(ino.0, change).await {
+                Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn mknod(
         &self,
         _req: &Request,
         parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
+        name: &OsStr,
+        mode: u32,
         _umask: u32,
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        reply.error(errno(&self.fs.refuse_change(parent.0)));
+        // Only regular files exist in an object store.
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            reply.error(Errno::EPERM);
+            return;
+        }
+        let Some(name) = name.to_str().map(str::to_string) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
+        self.spawn("mknod", move |fs| async move {
+            let created = match fs.create(parent.0, &name).await {
+                Ok((attr, fh)) => fs.flush(fh).await.map(|()| (attr, fh)),
+                Err(e) => Err(e),
+            };
+            match created {
+                Ok((attr, fh)) => {
+                    fs.release(fh).await;
+                    reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0))
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn mkdir(
         &self,
         _req: &Request,
         parent: INodeNo,
-        _name: &OsStr,
+        name: &OsStr,
         _mode: u32,
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        reply.error(errno(&self.fs.refuse_change(parent.0)));
+        let Some(name) = name.to_str().map(str::to_string) else {
+            reply.error(Errno::EINVAL); // object keys are UTF-8
+            return;
+        };
+        self.spawn("mkdir", move |fs| async move {
+            match fs.mkdir(parent.0, &name).await {
+                Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            reply.error(Errno::ENOENT);
+            return;
+        };
+        self.spawn("unlink", move |fs| async move {
+            match fs.unlink(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(errno(&self.fs.refuse_change(parent.0)));
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            reply.error(Errno::ENOENT);
+            return;
+        };
+        self.spawn("rmdir", move |fs| async move {
+            match fs.rmdir(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn symlink(
         &self,
         _req: &Request,
-        parent: INodeNo,
+        _parent: INodeNo,
         _link_name: &OsStr,
         _target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        reply.error(errno(&self.fs.refuse_change(parent.0)));
+        reply.error(Errno::EPERM); // object stores have no links
     }
 
     fn rename(
         &self,
         _req: &Request,
         parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: fuser::RenameFlags,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(errno(&self.fs.refuse_change(parent.0)));
+        let (Some(name), Some(newname)) = (
+            name.to_str().map(str::to_string),
+            newname.to_str().map(str::to_string),
+        ) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
+        let flags = RenameFlags {
+            no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        self.spawn("rename", move |fs| async move {
+            match fs
+                .rename(parent.0, &name, newparent.0, &newname, flags)
+                .await
+            {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn link(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        newparent: INodeNo,
+        _newparent: INodeNo,
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply.error(errno(&self.fs.refuse_change(newparent.0)));
+        reply.error(Errno::EPERM); // no hard links in an object store
     }
 
     fn write(
         &self,
         _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
         _write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.error(errno(&self.fs.refuse_change(ino.0)));
+        let data = data.to_vec();
+        self.spawn("write", move |fs| async move {
+            match fs.write(fh.0, offset, &data).await {
+                Ok(written) => reply.written(written),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn create(
         &self,
         _req: &Request,
         parent: INodeNo,
-        _name: &OsStr,
+        name: &OsStr,
         _mode: u32,
         _umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        reply.error(errno(&self.fs.refuse_change(parent.0)));
+        let Some(name) = name.to_str().map(str::to_string) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
+        self.spawn("create", move |fs| async move {
+            match fs.create(parent.0, &name).await {
+                Ok((attr, fh)) => reply.created(
+                    &fs.ttl(),
+                    &file_attr(&attr),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 }

@@ -180,6 +180,17 @@ fn collect_entries(root: &Path, prefix: &str, delimited: bool) -> io::Result<Vec
             }
         }
     }
+    // An empty directory stands for its own marker object ("dir/"), as S3 lists one: a
+    // directory made through the mount then exists for a lookup too, not only in listings.
+    if out.is_empty()
+        && prefix.ends_with('/')
+        && let Ok(meta) = std::fs::metadata(root.join(prefix))
+        && meta.is_dir()
+    {
+        let mut marker = meta_of(prefix.to_string(), &meta);
+        marker.size = 0;
+        out.push(Entry::Object(marker));
+    }
     out.sort_by(|a, b| a.key().cmp(b.key()));
     Ok(out)
 }
@@ -300,7 +311,26 @@ impl ObjectStore for FileStore {
 
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult> {
         let path = self.path_of("put", key)?;
-        let meta = Self::blocking("put", key, move || write_atomically(&path, &body)).await?;
+        let marker = key.ends_with('/');
+        if marker && !body.is_empty() {
+            return Err(StoreError::Io {
+                op: "put",
+                key: key.to_string(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a key ending in / can only be an empty directory marker here",
+                ),
+            });
+        }
+        let meta = Self::blocking("put", key, move || {
+            if marker {
+                // A directory marker is the directory itself.
+                std::fs::create_dir_all(&path)?;
+                return std::fs::metadata(&path);
+            }
+            write_atomically(&path, &body)
+        })
+        .await?;
         Ok(PutResult {
             etag: etag_of(&meta),
         })
@@ -401,9 +431,19 @@ impl ObjectStore for FileStore {
 
     async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path_of("delete", key)?;
-        Self::blocking("delete", key, move || match std::fs::remove_file(path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
+        let marker = key.ends_with('/');
+        Self::blocking("delete", key, move || {
+            // Deleting a marker leaves what is below it, as in S3.
+            let removed = if marker {
+                std::fs::remove_dir(path)
+            } else {
+                std::fs::remove_file(path)
+            };
+            match removed {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) if marker && e.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(()),
+                other => other,
+            }
         })
         .await
     }

@@ -10,7 +10,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, StoreError};
+use super::{
+    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, StoreError,
+};
 use crate::telemetry::Metrics;
 
 #[derive(Debug)]
@@ -85,6 +87,21 @@ impl ObjectStore for InstrumentedStore {
     async fn get_range(&self, key: &str, range: Range<u64>, etag: Option<&str>) -> Result<Bytes> {
         self.timed("get", key, self.inner.get_range(key, range, etag))
             .await
+    }
+
+    async fn get_range_into(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        etag: Option<&str>,
+        sink: &mut ChunkSink<'_>,
+    ) -> Result<u64> {
+        self.timed(
+            "get",
+            key,
+            self.inner.get_range_into(key, range, etag, sink),
+        )
+        .await
     }
 
     async fn list(

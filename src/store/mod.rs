@@ -10,6 +10,8 @@ mod file;
 mod instrumented;
 mod retry;
 mod s3;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::fmt::Debug;
 use std::ops::Range;
@@ -26,6 +28,10 @@ pub use retry::RetryPolicy;
 pub use s3::S3Store;
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Receives a ranged read's bytes as they arrive: `(offset from the range's start, chunk)`.
+/// (Spelled out as higher-ranked so `async_trait` leaves the chunk's lifetime alone.)
+pub type ChunkSink<'s> = dyn for<'b> FnMut(u64, &'b [u8]) + Send + 's;
 
 /// What a store knows about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +85,24 @@ pub trait ObjectStore: Send + Sync + Debug {
     /// fails with [`StoreError::Changed`] rather than returning bytes of another version. The
     /// returned buffer is exactly `range.len()` long unless the object is shorter.
     async fn get_range(&self, key: &str, range: Range<u64>, etag: Option<&str>) -> Result<Bytes>;
+
+    /// Like [`ObjectStore::get_range`], but hands the bytes to `sink` as they arrive, each chunk
+    /// with its offset from `range.start`, and returns how many bytes the range held. Lets the
+    /// line cache write a fetch straight into its storage instead of first gathering it into
+    /// one buffer. A retried attempt starts again at offset 0, so `sink` must treat a chunk as
+    /// "these bytes are at this offset" rather than appending. The default gathers the range
+    /// with `get_range` and hands it over in one chunk.
+    async fn get_range_into(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        etag: Option<&str>,
+        sink: &mut ChunkSink<'_>,
+    ) -> Result<u64> {
+        let bytes = self.get_range(key, range, etag).await?;
+        sink(0, &bytes);
+        Ok(bytes.len() as u64)
+    }
 
     /// One page of the keys under `prefix`, at most `max_keys` (store default when `None`).
     async fn list(

@@ -2,18 +2,21 @@
 //! endpoints) on aws-sdk-s3.
 
 use std::ops::Range;
+use std::sync::PoisonError;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, ObjectIdentifier};
 use bytes::Bytes;
 
 use super::{
-    CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, RetryPolicy, StoreError,
+    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, RetryPolicy,
+    StoreError,
 };
 
 /// S3 caps one DeleteObjects request at this many keys.
@@ -94,6 +97,79 @@ impl S3Store {
     fn copy_source(&self, key: &str) -> String {
         format!("{}/{}", self.bucket, percent_encode_key(key))
     }
+
+    /// Sends one ranged GET (pinned to `etag` when given) and returns the response, whose body is
+    /// still to be read, with how many bytes that body must hold.
+    async fn start_get(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        etag: Option<&str>,
+    ) -> Result<(GetObjectOutput, u64)> {
+        let mut request = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes={}-{}", range.start, range.end - 1));
+        if let Some(etag) = etag {
+            request = request.if_match(etag);
+        }
+        let out = request
+            .send()
+            .await
+            .map_err(|e| match self.classify("get", key, e) {
+                StoreError::Service { status: 412, .. } => StoreError::Changed {
+                    op: "get",
+                    key: key.to_string(),
+                    expected: etag.unwrap_or_default().to_string(),
+                },
+                other => other,
+            })?;
+        if let (Some(want), Some(got)) = (etag, out.e_tag())
+            && want != got
+        {
+            return Err(StoreError::Changed {
+                op: "get",
+                key: key.to_string(),
+                expected: want.to_string(),
+            });
+        }
+        // A short body is only legitimate at the end of the object; the server tells the
+        // object's size in Content-Range.
+        let object_size = out
+            .content_range()
+            .and_then(|r| r.rsplit('/').next())
+            .and_then(|total| total.parse::<u64>().ok());
+        let expected = range.end - range.start;
+        let wanted = match object_size {
+            Some(total) => expected.min(total.saturating_sub(range.start)),
+            None => expected,
+        };
+        Ok((out, wanted))
+    }
+
+    /// A body that broke off mid-transfer: retryable, like any network failure.
+    fn body_error(&self, key: &str, error: impl std::fmt::Display) -> StoreError {
+        StoreError::Unreachable {
+            op: "get",
+            key: key.to_string(),
+            endpoint: self.endpoint.clone(),
+            message: format!("reading body: {error}"),
+        }
+    }
+
+    fn check_length(&self, key: &str, got: u64, wanted: u64) -> Result<()> {
+        if got < wanted {
+            return Err(StoreError::Truncated {
+                op: "get",
+                key: key.to_string(),
+                got,
+                expected: wanted,
+            });
+        }
+        Ok(())
+    }
 }
 
 fn to_system_time(t: Option<&DateTime>) -> SystemTime {
@@ -154,68 +230,50 @@ impl ObjectStore for S3Store {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
-        let expected = range.end - range.start;
         self.retry
             .run("get", key, || async {
-                let mut request = self
-                    .client
-                    .get_object()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .range(format!("bytes={}-{}", range.start, range.end - 1));
-                if let Some(etag) = etag {
-                    request = request.if_match(etag);
-                }
-                let out = request
-                    .send()
-                    .await
-                    .map_err(|e| match self.classify("get", key, e) {
-                        StoreError::Service { status: 412, .. } => StoreError::Changed {
-                            op: "get",
-                            key: key.to_string(),
-                            expected: etag.unwrap_or_default().to_string(),
-                        },
-                        other => other,
-                    })?;
-                if let (Some(want), Some(got)) = (etag, out.e_tag())
-                    && want != got
-                {
-                    return Err(StoreError::Changed {
-                        op: "get",
-                        key: key.to_string(),
-                        expected: want.to_string(),
-                    });
-                }
-                // A short body is only legitimate at the end of the object; the server tells the
-                // object's size in Content-Range.
-                let object_size = out
-                    .content_range()
-                    .and_then(|r| r.rsplit('/').next())
-                    .and_then(|total| total.parse::<u64>().ok());
+                let (out, wanted) = self.start_get(key, range.clone(), etag).await?;
                 let body = out
                     .body
                     .collect()
                     .await
-                    .map_err(|e| StoreError::Unreachable {
-                        op: "get",
-                        key: key.to_string(),
-                        endpoint: self.endpoint.clone(),
-                        message: format!("reading body: {e}"),
-                    })?
+                    .map_err(|e| self.body_error(key, e))?
                     .into_bytes();
-                let wanted = match object_size {
-                    Some(total) => expected.min(total.saturating_sub(range.start)),
-                    None => expected,
-                };
-                if (body.len() as u64) < wanted {
-                    return Err(StoreError::Truncated {
-                        op: "get",
-                        key: key.to_string(),
-                        got: body.len() as u64,
-                        expected: wanted,
-                    });
-                }
+                self.check_length(key, body.len() as u64, wanted)?;
                 Ok(body)
+            })
+            .await
+    }
+
+    async fn get_range_into(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        etag: Option<&str>,
+        sink: &mut ChunkSink<'_>,
+    ) -> Result<u64> {
+        if range.is_empty() {
+            return Ok(0);
+        }
+        // Each attempt's future borrows the sink; a mutex (never contended: attempts run one
+        // after another) lets them share it without the closure lending out `&mut`.
+        let sink = std::sync::Mutex::new(sink);
+        self.retry
+            .run("get", key, || async {
+                let (mut out, wanted) = self.start_get(key, range.clone(), etag).await?;
+                let mut received = 0u64;
+                while let Some(chunk) = out
+                    .body
+                    .try_next()
+                    .await
+                    .map_err(|e| self.body_error(key, e))?
+                {
+                    let mut sink = sink.lock().unwrap_or_else(PoisonError::into_inner);
+                    (*sink)(received, &chunk);
+                    received += chunk.len() as u64;
+                }
+                self.check_length(key, received, wanted)?;
+                Ok(received)
             })
             .await
     }

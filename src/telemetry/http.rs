@@ -1,5 +1,5 @@
-//! The Prometheus endpoint: `GET /metrics` (OpenMetrics text) and `GET /healthz`, on the address
-//! of the config's top-level `endpoint` (e.g. `http://0.0.0.0:9100`).
+//! The Prometheus endpoint: `GET /metrics` (Prometheus text format 0.0.4) and `GET /healthz`, on
+//! the address of the config's top-level `endpoint` (e.g. `http://0.0.0.0:9100`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,8 +16,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use super::Metrics;
-
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use super::prometheus::CONTENT_TYPE;
 
 /// A running endpoint; stops when dropped.
 pub struct MetricsServer {
@@ -73,7 +72,7 @@ async fn respond(
     metrics: Arc<Metrics>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, content_type, body) = match request.uri().path() {
-        "/metrics" => (StatusCode::OK, OPENMETRICS, metrics.render()),
+        "/metrics" => (StatusCode::OK, CONTENT_TYPE, metrics.render()),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         _ => (
             StatusCode::NOT_FOUND,

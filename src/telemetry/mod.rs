@@ -1,64 +1,101 @@
-//! Telemetry: the process's one metrics registry and its Prometheus endpoint.
+//! Telemetry: the process's one metrics registry, its OTLP export and its Prometheus endpoint.
 //!
 //! Engines and layers record into [`Metrics`] (handed to them through `Engines`, never global).
-//! Counters that an engine already keeps itself, like the line cache's, are read at scrape time
-//! by a collector instead of being counted twice.
+//! Counters that an engine already keeps itself, like the line cache's, are observed at
+//! collection time instead of being counted twice.
+//!
+//! # One registry, two ways out
+//!
+//! The registry is the OpenTelemetry SDK's meter provider: OTLP export has to go through
+//! `opentelemetry-otlp`, which takes the SDK's collected data and nothing else, and a second
+//! metrics crate beside it would count everything twice. Two readers hang off the provider:
+//!
+//! - a manual reader (`prometheus::PullReader`) that `GET /metrics` collects from, rendered as
+//!   Prometheus text by our own small encoder ([`prometheus`]); the SDK's Prometheus exporter
+//!   would bring in a second registry crate (`prometheus`) just to print text;
+//! - when the config's `opentelemetry.metrics.exporter` is set, a periodic reader that posts
+//!   everything over OTLP/HTTP (protobuf) with the configured attributes as resource
+//!   attributes (`otlp`), through an HTTP client over the hyper stack the AWS SDK already
+//!   brings (`otlp_http`).
+//!
+//! Both readers are cumulative, so `/metrics` and OTLP show the same totals. (A manual reader
+//! needs the SDK's `experimental_metrics_custom_reader` feature, the one pull exporters use;
+//! the SDK is a 0.x crate, so an upgrade is a deliberate change either way.) Instrument names
+//! are OpenTelemetry names (`msfs.cache.hits`, see [`names`]); `/metrics` shows the Prometheus
+//! names a Collector would derive from them (`msfs_cache_hits_total`).
+//!
+//! The provider's resource is fixed when it is built, so OTLP is configured at construction:
+//! [`Metrics::with_telemetry`]. Dropping the last reference (or [`Metrics::shutdown`]) exports
+//! one final time.
 
 mod collectors;
 mod http;
 pub mod names;
+mod otlp;
+mod otlp_http;
+pub mod prometheus;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, MeterProvider, UpDownCounter};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::reader::MetricReader;
 
 pub use http::{MetricsServer, serve_metrics};
 
 use crate::cache::LineCache;
+use crate::config::TelemetryConfig;
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendOpLabels {
-    pub backend: String,
-    pub operation: &'static str,
-    pub status: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendLabels {
-    pub backend: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LatencyLabels {
-    pub backend: String,
-    pub operation: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FuseOpLabels {
-    pub op: &'static str,
+/// Why OTLP export could not be set up. Nothing here carries a credential: endpoints are
+/// shown without any `user:password@`.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error(
+        "opentelemetry.metrics.exporter.options.endpoint: {endpoint:?} {reason}; expected a URL like http://collector:4318"
+    )]
+    Endpoint { endpoint: String, reason: String },
+    #[error("OTLP export to {endpoint}: cannot load the system's root certificates: {source}")]
+    RootCertificates {
+        endpoint: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("OTLP exporter: {0}")]
+    Exporter(String),
+    #[error("cannot start the OTLP export thread: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// 100 µs to ~100 s in doublings: FUSE requests served from memory up to slow backend calls.
-fn latency_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.0001, 2.0, 21))
+fn latency_buckets() -> Vec<f64> {
+    (0..21).map(|i| 0.0001 * f64::from(1u32 << i)).collect()
 }
 
+/// The name the instruments are recorded under (the OTLP instrumentation scope).
+const SCOPE: &str = "msfs";
+
 pub struct Metrics {
-    registry: Mutex<Registry>,
-    backend_operations: Family<BackendOpLabels, Counter>,
-    backend_errors: Family<BackendOpLabels, Counter>,
-    backend_latency: Family<LatencyLabels, Histogram>,
-    bytes_read: Family<BackendLabels, Counter>,
-    read_operations: Family<BackendLabels, Counter>,
-    fuse_latency: Family<FuseOpLabels, Histogram>,
-    mounted_backends: Gauge,
+    provider: SdkMeterProvider,
+    meter: Meter,
+    /// What `/metrics` collects from.
+    pull: prometheus::PullReader,
+    /// Observable instruments, kept as long as the registry.
+    observed: Mutex<Vec<collectors::Registration>>,
+    backend_operations: Counter<u64>,
+    backend_errors: Counter<u64>,
+    backend_latency: Histogram<f64>,
+    bytes_read: Counter<u64>,
+    read_operations: Counter<u64>,
+    bytes_written: Counter<u64>,
+    write_commits: Counter<u64>,
+    commit_latency: Histogram<f64>,
+    commit_retries: Counter<u64>,
+    dirty_bytes: UpDownCounter<i64>,
+    fuse_latency: Histogram<f64>,
+    mounted_backends: Gauge<u64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -67,118 +104,198 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+fn backend(backend: &str) -> KeyValue {
+    KeyValue::new("backend", backend.to_string())
+}
+
 impl Metrics {
+    /// A registry served only at `/metrics`.
     pub fn new() -> Arc<Metrics> {
-        let mut registry = Registry::default();
-        let metrics = Metrics {
-            backend_operations: Family::default(),
-            backend_errors: Family::default(),
-            backend_latency: Family::new_with_constructor(latency_histogram),
-            bytes_read: Family::default(),
-            read_operations: Family::default(),
-            fuse_latency: Family::new_with_constructor(latency_histogram),
-            mounted_backends: Gauge::default(),
-            registry: Mutex::new(Registry::default()),
+        Self::build(SdkMeterProvider::builder(), prometheus::PullReader::new())
+    }
+
+    /// A registry that also exports over OTLP as `telemetry` says (when it names an exporter),
+    /// with its attributes as resource attributes.
+    pub fn with_telemetry(telemetry: &TelemetryConfig) -> Result<Arc<Metrics>, TelemetryError> {
+        let mut builder = SdkMeterProvider::builder().with_resource(otlp::resource(telemetry));
+        if let Some(exporter) = &telemetry.exporter {
+            builder = builder.with_reader(otlp::periodic_reader(telemetry, exporter)?);
+        }
+        Ok(Self::build(builder, prometheus::PullReader::new()))
+    }
+
+    fn build(
+        builder: opentelemetry_sdk::metrics::MeterProviderBuilder,
+        pull: prometheus::PullReader,
+    ) -> Arc<Metrics> {
+        let provider = builder.with_reader(pull.clone()).build();
+        let meter = provider.meter(SCOPE);
+        let counter = |name: &'static str, help: &'static str| {
+            meter
+                .u64_counter(name)
+                .with_description(help)
+                .with_unit(names::unit(name))
+                .build()
         };
-        registry.register(
-            names::BACKEND_OPERATIONS,
-            "Object-store requests by backend, operation and outcome",
-            metrics.backend_operations.clone(),
-        );
-        registry.register(
-            names::BACKEND_ERRORS,
-            "Failed object-store requests (after retries) by backend, operation and error class",
-            metrics.backend_errors.clone(),
-        );
-        registry.register(
-            names::BACKEND_LATENCY_SECONDS,
-            "Object-store request latency, retries included",
-            metrics.backend_latency.clone(),
-        );
-        registry.register(
-            names::IO_BYTES_READ,
-            "Bytes returned to applications by reads",
-            metrics.bytes_read.clone(),
-        );
-        registry.register(
-            names::IO_READ_OPERATIONS,
-            "Read requests served to applications",
-            metrics.read_operations.clone(),
-        );
-        registry.register(
-            names::FUSE_REQUEST_SECONDS,
-            "Time from a FUSE request's arrival to its reply, by operation",
-            metrics.fuse_latency.clone(),
-        );
-        registry.register(
-            names::MOUNTED_BACKENDS,
-            "Backends currently mounted",
-            metrics.mounted_backends.clone(),
-        );
-        *metrics.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
+        let histogram = |name: &'static str, help: &'static str| {
+            meter
+                .f64_histogram(name)
+                .with_description(help)
+                .with_unit(names::unit(name))
+                .with_boundaries(latency_buckets())
+                .build()
+        };
+        let metrics = Metrics {
+            backend_operations: counter(
+                names::BACKEND_OPERATIONS,
+                "Object-store requests by backend, operation and outcome",
+            ),
+            backend_errors: counter(
+                names::BACKEND_ERRORS,
+                "Failed object-store requests (after retries) by backend, operation and error class",
+            ),
+            backend_latency: histogram(
+                names::BACKEND_LATENCY_SECONDS,
+                "Object-store request latency, retries included",
+            ),
+            bytes_read: counter(
+                names::IO_BYTES_READ,
+                "Bytes returned to applications by reads",
+            ),
+            read_operations: counter(
+                names::IO_READ_OPERATIONS,
+                "Read requests served to applications",
+            ),
+            bytes_written: counter(
+                names::IO_BYTES_WRITTEN,
+                "Bytes applications wrote into open files",
+            ),
+            write_commits: counter(
+                names::WRITE_COMMITS,
+                "Files committed to their object store, by outcome (ok or error)",
+            ),
+            commit_latency: histogram(
+                names::WRITE_COMMIT_LATENCY_SECONDS,
+                "Time to commit a file to its object store (upload and completion), retries included",
+            ),
+            commit_retries: counter(
+                names::WRITE_COMMIT_RETRIES,
+                "Commit attempts repeated after a failure",
+            ),
+            dirty_bytes: meter
+                .i64_up_down_counter(names::WRITE_DIRTY_BYTES)
+                .with_description("Bytes written but not yet committed, process-wide")
+                .with_unit(names::unit(names::WRITE_DIRTY_BYTES))
+                .build(),
+            fuse_latency: histogram(
+                names::FUSE_REQUEST_SECONDS,
+                "Time from a FUSE request's arrival to its reply, by operation",
+            ),
+            mounted_backends: meter
+                .u64_gauge(names::MOUNTED_BACKENDS)
+                .with_description("Backends currently mounted")
+                .build(),
+            observed: Mutex::new(Vec::new()),
+            meter,
+            pull,
+            provider,
+        };
+        // Shown as 0 from the start rather than appearing with the first write.
+        metrics.dirty_bytes.add(0, &[]);
         Arc::new(metrics)
     }
 
-    /// Exposes the line cache's own counters at every scrape.
+    /// Exposes the line cache's own counters at every collection.
     pub fn observe_cache(&self, cache: Arc<LineCache>) {
-        self.registry()
-            .register_collector(Box::new(collectors::CacheCollector(cache)));
+        let registrations = collectors::observe_cache(&self.meter, cache);
+        self.observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(registrations);
     }
 
-    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The registry in the Prometheus/OpenMetrics text format.
+    /// The registry in the Prometheus text format (see [`prometheus`]).
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry()) {
-            tracing::error!(error = %e, "cannot encode metrics");
+        let mut collected = ResourceMetrics::default();
+        match self.pull.collect(&mut collected) {
+            Ok(()) => prometheus::encode(&collected),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot collect metrics");
+                String::new()
+            }
         }
-        out
+    }
+
+    /// Exports a last time (when OTLP is configured) and stops every reader; later recordings
+    /// are dropped and [`Metrics::render`] returns nothing. Dropping the last reference does
+    /// the same.
+    pub fn shutdown(&self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::debug!(error = %e, "metrics shutdown");
+        }
     }
 
     pub fn backend_request(
         &self,
-        backend: &str,
+        backend_name: &str,
         operation: &'static str,
         elapsed: Duration,
         error_class: Option<&'static str>,
     ) {
         let status = error_class.unwrap_or("ok");
-        let labels = BackendOpLabels {
-            backend: backend.to_string(),
-            operation,
-            status,
-        };
-        self.backend_operations.get_or_create(&labels).inc();
+        let labels = [
+            backend(backend_name),
+            KeyValue::new("operation", operation),
+            KeyValue::new("status", status),
+        ];
+        self.backend_operations.add(1, &labels);
         if error_class.is_some() {
-            self.backend_errors.get_or_create(&labels).inc();
+            self.backend_errors.add(1, &labels);
         }
         self.backend_latency
-            .get_or_create(&LatencyLabels {
-                backend: backend.to_string(),
-                operation,
-            })
-            .observe(elapsed.as_secs_f64());
+            .record(elapsed.as_secs_f64(), &labels[..2]);
     }
 
-    pub fn read_served(&self, backend: &str, bytes: usize) {
-        let labels = BackendLabels {
-            backend: backend.to_string(),
-        };
-        self.read_operations.get_or_create(&labels).inc();
-        self.bytes_read.get_or_create(&labels).inc_by(bytes as u64);
+    pub fn read_served(&self, backend_name: &str, bytes: usize) {
+        let labels = [backend(backend_name)];
+        self.read_operations.add(1, &labels);
+        self.bytes_read.add(bytes as u64, &labels);
+    }
+
+    /// `bytes` written by an application into an open file of `backend_name`.
+    pub fn record_bytes_written(&self, backend_name: &str, bytes: usize) {
+        self.bytes_written
+            .add(bytes as u64, &[backend(backend_name)]);
+    }
+
+    /// A commit of a file to `backend_name` finished, successfully or not, after `latency`
+    /// (retries included).
+    pub fn record_commit(&self, backend_name: &str, ok: bool, latency: Duration) {
+        let status = if ok { "ok" } else { "error" };
+        self.write_commits
+            .add(1, &[backend(backend_name), KeyValue::new("status", status)]);
+        self.commit_latency
+            .record(latency.as_secs_f64(), &[backend(backend_name)]);
+    }
+
+    /// A commit attempt to `backend_name` failed and is being tried again.
+    pub fn record_commit_retry(&self, backend_name: &str) {
+        self.commit_retries.add(1, &[backend(backend_name)]);
+    }
+
+    /// Dirty (written, not yet committed) bytes changed by `delta`: positive when written,
+    /// negative when committed or discarded.
+    pub fn add_dirty_bytes(&self, delta: i64) {
+        self.dirty_bytes.add(delta, &[]);
     }
 
     pub fn fuse_request(&self, op: &'static str, elapsed: Duration) {
         self.fuse_latency
-            .get_or_create(&FuseOpLabels { op })
-            .observe(elapsed.as_secs_f64());
+            .record(elapsed.as_secs_f64(), &[KeyValue::new("op", op)]);
     }
 
     pub fn set_mounted_backends(&self, count: usize) {
-        self.mounted_backends.set(count as i64);
+        self.mounted_backends.record(count as u64, &[]);
     }
 }
 
@@ -205,6 +322,12 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(
+            text.contains(
+                r#"msfs_backend_latency_seconds_count{backend="data",operation="get"} 2"#
+            ),
+            "{text}"
+        );
     }
 
     #[test]
@@ -222,37 +345,88 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn writes_commits_retries_and_dirty_bytes_are_recorded() {
+        let metrics = Metrics::new();
+        assert!(metrics.render().contains("msfs_write_dirty_bytes 0\n"));
+        metrics.record_bytes_written("w", 10);
+        metrics.record_bytes_written("w", 5);
+        metrics.add_dirty_bytes(15);
+        metrics.record_commit_retry("w");
+        metrics.record_commit("w", true, Duration::from_millis(20));
+        metrics.record_commit("w", false, Duration::from_millis(30));
+        metrics.add_dirty_bytes(-10);
+        let text = metrics.render();
+        for expected in [
+            r#"msfs_io_bytes_written_total{backend="w"} 15"#,
+            r#"msfs_write_commits_total{backend="w",status="ok"} 1"#,
+            r#"msfs_write_commits_total{backend="w",status="error"} 1"#,
+            r#"msfs_write_commit_retries_total{backend="w"} 1"#,
+            r#"msfs_write_commit_latency_seconds_count{backend="w"} 2"#,
+            "msfs_write_dirty_bytes 5\n",
+        ] {
+            assert!(text.contains(expected), "{expected} missing in\n{text}");
+        }
+    }
+
+    #[test]
+    fn mounted_backends_is_a_gauge_that_follows_the_last_value() {
+        let metrics = Metrics::new();
+        metrics.set_mounted_backends(3);
+        metrics.set_mounted_backends(2);
+        let text = metrics.render();
+        assert!(
+            text.contains("# TYPE msfs_mounted_backends gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("msfs_mounted_backends 2\n"), "{text}");
+    }
+
+    #[test]
+    fn fuse_latency_buckets_span_100us_to_100s() {
+        let buckets = latency_buckets();
+        assert_eq!(buckets.first(), Some(&0.0001));
+        assert!(buckets.last().is_some_and(|b| *b > 100.0 && *b < 110.0));
+        let metrics = Metrics::new();
+        metrics.fuse_request("read", Duration::from_micros(150));
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"msfs_fuse_request_seconds_bucket{op="read",le="0.0001"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"msfs_fuse_request_seconds_bucket{op="read",le="0.0002"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_name_has_a_unit_entry_and_a_distinct_prometheus_name() {
+        let mut seen = std::collections::BTreeSet::new();
+        for (name, unit) in names::UNITS {
+            assert!(name.starts_with("msfs."), "{name}");
+            assert!(
+                seen.insert(prometheus::metric_name(name, unit)),
+                "two metrics render as {}",
+                prometheus::metric_name(name, unit)
+            );
+        }
+    }
 }
 
 #[cfg(test)]
 mod dashboard_tests {
-    use super::names;
+    use super::{names, prometheus};
 
     /// Every metric the shipped Grafana dashboard queries must be one msfs exports.
     #[test]
     fn the_grafana_dashboard_queries_only_exported_metrics() {
         let dashboard = include_str!("../../deploy/grafana/msfs-dashboard.json");
-        let known = [
-            names::CACHE_HITS,
-            names::CACHE_MISSES,
-            names::CACHE_EVICTIONS,
-            names::CACHE_WAITS,
-            names::CACHE_PREFETCHES,
-            names::CACHE_FETCH_FAILURES,
-            names::CACHE_UNCACHED_READS,
-            names::CACHE_BYTES_FROM_CACHE,
-            names::CACHE_BYTES_FROM_BACKEND,
-            names::CACHE_LINES_RESIDENT,
-            names::CACHE_LINES_CAPACITY,
-            names::CACHE_LINE_SIZE_BYTES,
-            names::IO_BYTES_READ,
-            names::IO_READ_OPERATIONS,
-            names::BACKEND_OPERATIONS,
-            names::BACKEND_ERRORS,
-            names::BACKEND_LATENCY_SECONDS,
-            names::FUSE_REQUEST_SECONDS,
-            names::MOUNTED_BACKENDS,
-        ];
+        let known: Vec<String> = names::UNITS
+            .iter()
+            .map(|(name, unit)| prometheus::metric_name(name, unit))
+            .collect();
         let mut queried = 0;
         for (start, _) in dashboard.match_indices("msfs_") {
             let name: String = dashboard[start..]
@@ -264,7 +438,7 @@ mod dashboard_tests {
                 .find_map(|suffix| name.strip_suffix(suffix))
                 .unwrap_or(&name);
             assert!(
-                known.contains(&base),
+                known.iter().any(|k| k == base),
                 "dashboard queries unknown metric {name}"
             );
             queried += 1;

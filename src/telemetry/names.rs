@@ -1,25 +1,90 @@
-//! Metric names, in one place. The seed's OpenTelemetry names (`msfs.cache.hits`, …) are written
-//! with `_` for Prometheus; counters get the `_total` suffix when exposed.
+//! Metric names, in one place: the OpenTelemetry instrument names (the seed's `msfs.cache.hits`,
+//! …), exported as they are over OTLP.
+//!
+//! `/metrics` shows each under its Prometheus name, derived the way an OpenTelemetry Collector's
+//! Prometheus exporter derives it (see [`super::prometheus`]): dots become `_`, a unit not
+//! already in the name is appended (`s` → `_seconds`, `By` → `_bytes`), and counters get
+//! `_total`. So `msfs.backend.latency` (unit `s`) is `msfs_backend_latency_seconds` and
+//! `msfs.cache.hits` is `msfs_cache_hits_total`. [`UNITS`] lists the unit of every name that
+//! has one; the README's "Metrics" section is the reference.
 
-pub const CACHE_HITS: &str = "msfs_cache_hits";
-pub const CACHE_MISSES: &str = "msfs_cache_misses";
-pub const CACHE_EVICTIONS: &str = "msfs_cache_evictions";
-pub const CACHE_WAITS: &str = "msfs_cache_waits";
-pub const CACHE_PREFETCHES: &str = "msfs_cache_prefetches";
-pub const CACHE_FETCH_FAILURES: &str = "msfs_cache_fetch_failures";
-pub const CACHE_UNCACHED_READS: &str = "msfs_cache_uncached_reads";
-pub const CACHE_BYTES_FROM_CACHE: &str = "msfs_cache_bytes_from_cache";
-pub const CACHE_BYTES_FROM_BACKEND: &str = "msfs_cache_bytes_from_backend";
-pub const CACHE_LINES_RESIDENT: &str = "msfs_cache_lines_resident";
-pub const CACHE_LINES_CAPACITY: &str = "msfs_cache_lines_capacity";
-pub const CACHE_LINE_SIZE_BYTES: &str = "msfs_cache_line_size_bytes";
+// Line cache (read from the cache's own counters at collection time).
+pub const CACHE_HITS: &str = "msfs.cache.hits";
+pub const CACHE_MISSES: &str = "msfs.cache.misses";
+pub const CACHE_EVICTIONS: &str = "msfs.cache.evictions";
+pub const CACHE_WAITS: &str = "msfs.cache.waits";
+pub const CACHE_PREFETCHES: &str = "msfs.cache.prefetches";
+pub const CACHE_FETCH_FAILURES: &str = "msfs.cache.fetch_failures";
+pub const CACHE_UNCACHED_READS: &str = "msfs.cache.uncached_reads";
+pub const CACHE_BYTES_FROM_CACHE: &str = "msfs.cache.bytes_from_cache";
+pub const CACHE_BYTES_FROM_BACKEND: &str = "msfs.cache.bytes_from_backend";
+pub const CACHE_BYTES_RESIDENT: &str = "msfs.cache.bytes_resident";
+pub const CACHE_LINES_RESIDENT: &str = "msfs.cache.lines_resident";
+pub const CACHE_LINES_CAPACITY: &str = "msfs.cache.lines_capacity";
+/// Unit `By`: `msfs_cache_line_size_bytes` in Prometheus.
+pub const CACHE_LINE_SIZE_BYTES: &str = "msfs.cache.line_size";
 
-pub const IO_BYTES_READ: &str = "msfs_io_bytes_read";
-pub const IO_READ_OPERATIONS: &str = "msfs_io_read_operations";
+// What applications read and write.
+pub const IO_BYTES_READ: &str = "msfs.io.bytes_read";
+pub const IO_READ_OPERATIONS: &str = "msfs.io.read_operations";
+pub const IO_BYTES_WRITTEN: &str = "msfs.io.bytes_written";
 
-pub const BACKEND_OPERATIONS: &str = "msfs_backend_operations";
-pub const BACKEND_ERRORS: &str = "msfs_backend_errors";
-pub const BACKEND_LATENCY_SECONDS: &str = "msfs_backend_latency_seconds";
+// Object-store requests.
+pub const BACKEND_OPERATIONS: &str = "msfs.backend.operations";
+pub const BACKEND_ERRORS: &str = "msfs.backend.errors";
+/// Unit `s`: `msfs_backend_latency_seconds` in Prometheus.
+pub const BACKEND_LATENCY_SECONDS: &str = "msfs.backend.latency";
 
-pub const FUSE_REQUEST_SECONDS: &str = "msfs_fuse_request_seconds";
-pub const MOUNTED_BACKENDS: &str = "msfs_mounted_backends";
+// The write engine.
+pub const WRITE_COMMITS: &str = "msfs.write.commits";
+/// Unit `s`: `msfs_write_commit_latency_seconds` in Prometheus.
+pub const WRITE_COMMIT_LATENCY_SECONDS: &str = "msfs.write.commit_latency";
+pub const WRITE_COMMIT_RETRIES: &str = "msfs.write.commit_retries";
+pub const WRITE_DIRTY_BYTES: &str = "msfs.write.dirty_bytes";
+
+// FUSE and mounts.
+/// Unit `s`: `msfs_fuse_request_seconds` in Prometheus.
+pub const FUSE_REQUEST_SECONDS: &str = "msfs.fuse.request";
+pub const MOUNTED_BACKENDS: &str = "msfs.mounted_backends";
+
+/// Seconds, for durations.
+pub const UNIT_SECONDS: &str = "s";
+/// Bytes.
+pub const UNIT_BYTES: &str = "By";
+
+/// Every metric msfs exports, with its unit (`""` for a plain count).
+pub const UNITS: &[(&str, &str)] = &[
+    (CACHE_HITS, ""),
+    (CACHE_MISSES, ""),
+    (CACHE_EVICTIONS, ""),
+    (CACHE_WAITS, ""),
+    (CACHE_PREFETCHES, ""),
+    (CACHE_FETCH_FAILURES, ""),
+    (CACHE_UNCACHED_READS, ""),
+    (CACHE_BYTES_FROM_CACHE, UNIT_BYTES),
+    (CACHE_BYTES_FROM_BACKEND, UNIT_BYTES),
+    (CACHE_BYTES_RESIDENT, UNIT_BYTES),
+    (CACHE_LINES_RESIDENT, ""),
+    (CACHE_LINES_CAPACITY, ""),
+    (CACHE_LINE_SIZE_BYTES, UNIT_BYTES),
+    (IO_BYTES_READ, UNIT_BYTES),
+    (IO_READ_OPERATIONS, ""),
+    (IO_BYTES_WRITTEN, UNIT_BYTES),
+    (BACKEND_OPERATIONS, ""),
+    (BACKEND_ERRORS, ""),
+    (BACKEND_LATENCY_SECONDS, UNIT_SECONDS),
+    (WRITE_COMMITS, ""),
+    (WRITE_COMMIT_LATENCY_SECONDS, UNIT_SECONDS),
+    (WRITE_COMMIT_RETRIES, ""),
+    (WRITE_DIRTY_BYTES, UNIT_BYTES),
+    (FUSE_REQUEST_SECONDS, UNIT_SECONDS),
+    (MOUNTED_BACKENDS, ""),
+];
+
+/// The unit `name` is recorded in (`""` when it has none or is unknown).
+pub fn unit(name: &str) -> &'static str {
+    UNITS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, unit)| unit)
+}

@@ -26,6 +26,7 @@ cache_dir_path: /var/cache/msfs
 write_cache_promotion: true
 multipart_upload_threshold_bytes: 8388608
 write_commit_workers: 16
+write_dirty_limit_bytes: 1073741824
 process_memory_limit: 0
 auto_sighup_interval: 300
 endpoint: http://0.0.0.0:9100
@@ -95,6 +96,7 @@ fn full_v1_expected(source: &str) -> Config {
         },
         multipart_upload_threshold_bytes: 8_388_608,
         write_commit_workers: 16,
+        write_dirty_limit_bytes: 1 << 30,
         process_memory_limit: 0,
         auto_sighup_interval: Some(Duration::from_secs(300)),
         metrics_endpoint: Some("http://0.0.0.0:9100".into()),
@@ -241,6 +243,7 @@ fn v1_defaults_match_the_reference_table() {
     );
     assert_eq!(c.multipart_upload_threshold_bytes, 67_108_864);
     assert_eq!(c.write_commit_workers, 8);
+    assert_eq!(c.write_dirty_limit_bytes, 4 << 30);
     assert_eq!(c.process_memory_limit, 4_294_967_296);
     assert_eq!(c.auto_sighup_interval, None);
     assert_eq!(c.metrics_endpoint, None);

@@ -1,0 +1,453 @@
+//! The operations that change files and the namespace: create, write, flush, fsync, setattr,
+//! unlink, mkdir, rmdir, rename. File contents go through the write engine; namespace changes
+//! are made in the store at once (a directory is a zero-byte `dir/` marker object).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+
+use super::inode::Node;
+use super::listing::{self, ChildKind, NAME_MAX, valid_name};
+use super::{
+    Attr, Backend, BackendSettings, FileHandle, Fs, FsError, Result, SequentialDetector, Unlinked,
+    lock, pending_kind,
+};
+use crate::cache::ObjectVersion;
+use crate::write::Target;
+
+/// A rename's flags that msfs honours (the rest are refused).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenameFlags {
+    /// RENAME_NOREPLACE: fail with EEXIST rather than replace the target.
+    pub no_replace: bool,
+    /// RENAME_EXCHANGE: swap the two names; object stores cannot do that atomically.
+    pub exchange: bool,
+}
+
+/// What setattr asks to change.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub size: Option<u64>,
+    pub mtime: Option<SystemTime>,
+    /// The handle the change was made through, if any (ftruncate).
+    pub fh: Option<u64>,
+}
+
+/// A directory that can be changed: its node, backend and the backend's current settings.
+struct WritableDir {
+    node: Node,
+    backend: Arc<Backend>,
+    settings: Arc<BackendSettings>,
+}
+
+impl Fs {
+    /// Directory `ino`, if changes may be made in it.
+    fn writable_dir(&self, ino: u64) -> Result<WritableDir> {
+        let node = self.node(ino)?;
+        if !node.is_dir() {
+            return Err(FsError::NotADirectory);
+        }
+        let Some(backend) = node.backend.clone() else {
+            // The mount root lists the configured backends; nothing else can be created there.
+            return Err(FsError::ReadOnly {
+                backend: "(mount root)".into(),
+            });
+        };
+        let settings = backend.settings();
+        if settings.readonly {
+            return Err(FsError::ReadOnly {
+                backend: backend.dir_name.clone(),
+            });
+        }
+        Ok(WritableDir {
+            node,
+            backend,
+            settings,
+        })
+    }
+
+    fn check_new_name(name: &str) -> Result<()> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if !valid_name(name) {
+            return Err(FsError::Invalid("name"));
+        }
+        Ok(())
+    }
+
+    /// Creates and opens a new, empty file. (The kernel only asks after a failed lookup, and
+    /// handles O_EXCL itself.)
+    pub async fn create(&self, parent: u64, name: &str) -> Result<(Attr, u64)> {
+        Self::check_new_name(name)?;
+        let dir = self.writable_dir(parent)?;
+        let path = listing::child_path(&dir.node.path, name);
+        let key = dir.settings.key_of(&path);
+        let store_id = dir.settings.store.id().to_string();
+        // A name unlinked while open is taken again: its old object must not be deleted later.
+        lock(&self.unlinked).remove(&(store_id, key.clone()));
+        let target = Target {
+            store: dir.settings.store.clone(),
+            backend: dir.backend.dir_name.clone(),
+            key: key.clone(),
+        };
+        let file = self.engines.writes.create(target);
+        let kind = pending_kind(file.meta());
+        let node = lock(&self.inodes).lookup(parent, name, dir.backend.clone(), path, kind);
+        self.invalidate_entry(parent, name);
+        let handle = FileHandle {
+            ino: node.ino,
+            store: dir.settings.store.clone(),
+            backend: dir.backend.dir_name.clone(),
+            version: ObjectVersion {
+                key,
+                etag: String::new(),
+                size: 0,
+            },
+            stream: SequentialDetector::default(),
+            dirty: Some(file),
+            writable: true,
+            flush_on_close: dir.settings.flush_on_close,
+        };
+        let fh = self.add_handle(handle);
+        Ok((self.attr_of(&node), fh))
+    }
+
+    pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let handle = self.handle(fh)?;
+        let (true, Some(file)) = (handle.writable, &handle.dirty) else {
+            return Err(FsError::NotWritable);
+        };
+        self.engines.writes.write(file, offset, data).await?;
+        Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
+    }
+
+    /// A close of a descriptor of `fh` (there may be several, after dup or fork). Commits what
+    /// was written: waiting for the store with `flush_on_close`, else in the background.
+    pub async fn flush(&self, fh: u64) -> Result<()> {
+        let handle = self.handle(fh)?;
+        let (true, Some(file)) = (handle.writable, &handle.dirty) else {
+            return Ok(());
+        };
+        if handle.flush_on_close {
+            self.engines.writes.commit(file).await?;
+        } else {
+            self.engines.writes.commit_in_background(file);
+        }
+        Ok(())
+    }
+
+    /// Makes everything written to the file durable in the store before returning.
+    pub async fn fsync(&self, fh: u64) -> Result<()> {
+        let handle = self.handle(fh)?;
+        if let Some(file) = &handle.dirty {
+            self.engines.writes.fsync(file).await?;
+        }
+        Ok(())
+    }
+
+    /// Truncates or extends a file, and sets the time `stat` shows. Mode and ownership changes
+    /// are accepted and ignored: they are per backend, not per object.
+    pub async fn setattr(&self, ino: u64, change: SetAttr) -> Result<Attr> {
+        if let Some(size) = change.size {
+            self.set_size(ino, size, change.fh).await?;
+        }
+        if let Some(mtime) = change.mtime {
+            let node = self.node(ino)?;
+            if let Some(backend) = &node.backend {
+                let settings = backend.settings();
+                let key = settings.key_of(&node.path);
+                if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
+                    file.set_mtime(mtime);
+                }
+            }
+        }
+        self.getattr(ino).await
+    }
+
+    async fn set_size(&self, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
+        let writes = &self.engines.writes;
+        if let Some(fh) = fh {
+            let handle = self.handle(fh)?;
+            if let (true, Some(file)) = (handle.writable, &handle.dirty) {
+                writes.truncate(file, size)?;
+                return Ok(());
+            }
+        }
+        // truncate(2) on a path: open, resize and close, committing as a close would.
+        let node = self.refreshed(ino).await?;
+        let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
+            return Err(FsError::IsADirectory);
+        };
+        let settings = backend.settings();
+        if settings.readonly {
+            return Err(FsError::ReadOnly {
+                backend: backend.dir_name.clone(),
+            });
+        }
+        let key = settings.key_of(&node.path);
+        let base = (!meta.etag.is_empty()).then(|| ObjectVersion {
+            key: key.clone(),
+            etag: meta.etag.clone(),
+            size: meta.size,
+        });
+        let target = Target {
+            store: settings.store.clone(),
+            backend: backend.dir_name.clone(),
+            key,
+        };
+        let file = writes.open(target, base);
+        let result = match writes.truncate(&file, size) {
+            Ok(()) if settings.flush_on_close => writes.commit(&file).await.map_err(FsError::from),
+            Ok(()) => {
+                writes.commit_in_background(&file);
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        };
+        writes.release(&file);
+        result
+    }
+
+    pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
+        let dir = self.writable_dir(parent)?;
+        let (_, path, kind) = self.resolve(&dir.node, dir.backend.clone(), name).await?;
+        if matches!(kind, ChildKind::Dir) {
+            return Err(FsError::IsADirectory);
+        }
+        let key = dir.settings.key_of(&path);
+        let store = &dir.settings.store;
+        self.engines.writes.forget(store.id(), &key);
+        let ino = lock(&self.inodes).child(parent, name);
+        let open = ino.is_some_and(|ino| lock(&self.files).values().any(|h| h.ino == ino));
+        match ino {
+            // Kept for the open handles, which read it until their last close deletes it.
+            Some(ino) if open => {
+                lock(&self.unlinked).insert(
+                    (store.id().to_string(), key),
+                    Unlinked {
+                        ino,
+                        store: store.clone(),
+                    },
+                );
+            }
+            _ => store
+                .delete(&key)
+                .await
+                .map_err(|e| Self::store_error(&dir.backend, e))?,
+        }
+        lock(&self.inodes).remove_name(parent, name);
+        self.invalidate_entry(parent, name);
+        Ok(())
+    }
+
+    pub async fn mkdir(&self, parent: u64, name: &str) -> Result<Attr> {
+        Self::check_new_name(name)?;
+        let dir = self.writable_dir(parent)?;
+        match self.resolve(&dir.node, dir.backend.clone(), name).await {
+            Ok(_) => return Err(FsError::Exists),
+            Err(FsError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let path = listing::child_path(&dir.node.path, name);
+        dir.settings
+            .store
+            .put(&dir.settings.dir_prefix_of(&path), Bytes::new())
+            .await
+            .map_err(|e| Self::store_error(&dir.backend, e))?;
+        self.invalidate_entry(parent, name);
+        let node = lock(&self.inodes).lookup(parent, name, dir.backend, path, ChildKind::Dir);
+        Ok(self.attr_of(&node))
+    }
+
+    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        let dir = self.writable_dir(parent)?;
+        let (path, kind) = match self.resolve(&dir.node, dir.backend.clone(), name).await {
+            Ok((_, path, kind)) => (path, kind),
+            // A directory with no marker exists only while something is below it: emptied
+            // (say, by `rm -r` or `mv`), it is gone from the store though the kernel still
+            // knows it. Removing it then just succeeds.
+            Err(FsError::NotFound) if self.known_dir(parent, name) => {
+                (listing::child_path(&dir.node.path, name), ChildKind::Dir)
+            }
+            Err(e) => return Err(e),
+        };
+        if !matches!(kind, ChildKind::Dir) {
+            return Err(FsError::NotADirectory);
+        }
+        if !self
+            .dir_is_empty(&dir.backend, &dir.settings, &path)
+            .await?
+        {
+            return Err(FsError::NotEmpty);
+        }
+        dir.settings
+            .store
+            .delete(&dir.settings.dir_prefix_of(&path))
+            .await
+            .map_err(|e| Self::store_error(&dir.backend, e))?;
+        let ino = lock(&self.inodes).child(parent, name);
+        if let Some(ino) = ino {
+            lock(&self.listings).remove(&ino);
+        }
+        lock(&self.inodes).remove_name(parent, name);
+        self.invalidate_entry(parent, name);
+        Ok(())
+    }
+
+    /// Whether the kernel holds `name` in `parent` as a directory.
+    fn known_dir(&self, parent: u64, name: &str) -> bool {
+        let inodes = lock(&self.inodes);
+        inodes
+            .child(parent, name)
+            .and_then(|ino| inodes.get(ino))
+            .is_some_and(Node::is_dir)
+    }
+
+    /// Whether directory `path` has no entries, asking the store (not a snapshot).
+    async fn dir_is_empty(
+        &self,
+        backend: &Backend,
+        settings: &BackendSettings,
+        path: &str,
+    ) -> Result<bool> {
+        let prefix = settings.dir_prefix_of(path);
+        if !self
+            .engines
+            .writes
+            .files_in(settings.store.id(), &prefix)
+            .is_empty()
+        {
+            return Ok(false);
+        }
+        let children = listing::list_dir(settings, path)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
+        Ok(children.is_empty())
+    }
+
+    /// Renames a file (copy, then delete) or an empty directory (its marker) within one
+    /// backend. A non-empty directory, or a move across backends, is refused with EXDEV, which
+    /// makes `mv` copy and delete entry by entry; a file open for writing is refused with EBUSY.
+    pub async fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        if flags.exchange {
+            return Err(FsError::Invalid("RENAME_EXCHANGE"));
+        }
+        Self::check_new_name(new_name)?;
+        let from = self.writable_dir(parent)?;
+        let to = self.writable_dir(new_parent)?;
+        if !Arc::ptr_eq(&from.backend, &to.backend) {
+            return Err(FsError::CrossDevice("across backends"));
+        }
+        let (_, path, kind) = self.resolve(&from.node, from.backend.clone(), name).await?;
+        let new_path = listing::child_path(&to.node.path, new_name);
+        if path == new_path {
+            return Ok(());
+        }
+        let existing = match self.resolve(&to.node, to.backend.clone(), new_name).await {
+            Ok((_, _, kind)) => Some(kind),
+            Err(FsError::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        if existing.is_some() && flags.no_replace {
+            return Err(FsError::Exists);
+        }
+        let settings = &from.settings;
+        match kind {
+            ChildKind::File(_) => {
+                if matches!(existing, Some(ChildKind::Dir)) {
+                    return Err(FsError::IsADirectory);
+                }
+                self.rename_file(&from.backend, settings, &path, &new_path)
+                    .await?
+            }
+            ChildKind::Dir => {
+                if existing
+                    .as_ref()
+                    .is_some_and(|k| !matches!(k, ChildKind::Dir))
+                {
+                    return Err(FsError::NotADirectory);
+                }
+                if existing.is_some()
+                    && !self.dir_is_empty(&to.backend, settings, &new_path).await?
+                {
+                    return Err(FsError::NotEmpty);
+                }
+                if !self.dir_is_empty(&from.backend, settings, &path).await? {
+                    return Err(FsError::CrossDevice("a non-empty directory"));
+                }
+                let store = &settings.store;
+                let marker = |p: &str| settings.dir_prefix_of(p);
+                store
+                    .put(&marker(&new_path), Bytes::new())
+                    .await
+                    .map_err(|e| Self::store_error(&from.backend, e))?;
+                store
+                    .delete(&marker(&path))
+                    .await
+                    .map_err(|e| Self::store_error(&from.backend, e))?;
+            }
+        }
+        {
+            let mut inodes = lock(&self.inodes);
+            inodes.rename(parent, name, new_parent, new_name, new_path);
+            // A copied object may have a new ETag: make the next open ask the store.
+            if let Some(node) = inodes
+                .child(new_parent, new_name)
+                .and_then(|ino| inodes.get_mut(ino))
+                && let ChildKind::File(meta) = &mut node.kind
+            {
+                meta.etag.clear();
+            }
+        }
+        self.invalidate_entry(parent, name);
+        self.invalidate_entry(new_parent, new_name);
+        Ok(())
+    }
+
+    async fn rename_file(
+        &self,
+        backend: &Backend,
+        settings: &BackendSettings,
+        path: &str,
+        new_path: &str,
+    ) -> Result<()> {
+        let store = &settings.store;
+        let (key, new_key) = (settings.key_of(path), settings.key_of(new_path));
+        let writes = &self.engines.writes;
+        if let Some(file) = writes.find(store.id(), &key) {
+            let writing = lock(&self.files)
+                .values()
+                .any(|h| h.writable && h.version.key == key && h.store.id() == store.id());
+            if writing {
+                return Err(FsError::Busy("the file is open for writing"));
+            }
+            // What was written must be in the store before it can be copied server-side.
+            writes.commit(&file).await?;
+        }
+        let size = store
+            .head(&key)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?
+            .ok_or(FsError::NotFound)?
+            .size;
+        crate::write::copy_object(store.as_ref(), &key, &new_key, size)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
+        writes.forget(store.id(), &new_key);
+        writes.forget(store.id(), &key);
+        store
+            .delete(&key)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,252 @@
+//! Test support: an [`ObjectStore`] over a local directory that counts, holds back, cuts short
+//! or fails requests on demand, for the engines' unit tests.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::{
+    ChunkSink, CompletedPart, FileStore, ListPage, ObjectMeta, ObjectStore, PutResult,
+    Result as StoreResult, StoreError,
+};
+
+/// A store that forwards to a [`FileStore`], counts every call by operation, records every
+/// GET, and on request holds GETs of some keys until the gate opens, fails the next GETs of a
+/// key, cuts their bodies short, or fails every write while `fail_writes` is set.
+#[derive(Debug)]
+pub(crate) struct TestStore {
+    inner: FileStore,
+    id: String,
+    gets: Mutex<Vec<(String, Range<u64>)>>,
+    held: Mutex<HashSet<String>>,
+    gate: watch::Sender<bool>,
+    /// How many held GETs have reached the gate.
+    arrived: watch::Sender<usize>,
+    failures: Mutex<HashMap<String, u32>>,
+    pub short: Mutex<HashSet<String>>,
+    calls: Mutex<HashMap<&'static str, usize>>,
+    pub fail_writes: AtomicBool,
+}
+
+impl TestStore {
+    pub fn new(root: &std::path::Path, id: &str) -> Arc<TestStore> {
+        Arc::new(TestStore {
+            inner: FileStore::new(root.to_path_buf()).expect("file store"),
+            id: id.to_string(),
+            gets: Mutex::default(),
+            held: Mutex::default(),
+            gate: watch::channel(false).0,
+            arrived: watch::channel(0).0,
+            failures: Mutex::default(),
+            short: Mutex::default(),
+            calls: Mutex::default(),
+            fail_writes: AtomicBool::new(false),
+        })
+    }
+
+    pub fn gets(&self) -> Vec<(String, Range<u64>)> {
+        self.gets.lock().expect("gets").clone()
+    }
+
+    pub fn gets_of(&self, key: &str) -> usize {
+        self.gets().iter().filter(|(k, _)| k == key).count()
+    }
+
+    pub fn hold(&self, key: &str) {
+        self.held.lock().expect("held").insert(key.to_string());
+    }
+
+    pub fn open_gate(&self) {
+        self.gate.send_replace(true);
+    }
+
+    pub async fn until_arrived(&self, n: usize) {
+        let mut arrived = self.arrived.subscribe();
+        arrived.wait_for(|a| *a >= n).await.expect("store alive");
+    }
+
+    pub fn fail_next(&self, key: &str, times: u32) {
+        self.failures
+            .lock()
+            .expect("failures")
+            .insert(key.to_string(), times);
+    }
+
+    /// How many calls of operation `op` ("get", "put", "upload_part", …) were made.
+    pub fn calls(&self, op: &str) -> usize {
+        self.calls
+            .lock()
+            .expect("calls")
+            .get(op)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn count(&self, op: &'static str) {
+        *self.calls.lock().expect("calls").entry(op).or_default() += 1;
+    }
+
+    /// Counts a write and fails it while `fail_writes` is set.
+    fn write_call(&self, op: &'static str, key: &str) -> StoreResult<()> {
+        self.count(op);
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(StoreError::Unreachable {
+                op,
+                key: key.to_string(),
+                endpoint: "test".into(),
+                message: "injected write failure".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ObjectStore for TestStore {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        self.inner.head(key).await
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        etag: Option<&str>,
+    ) -> StoreResult<Bytes> {
+        self.count("get");
+        self.gets
+            .lock()
+            .expect("gets")
+            .push((key.to_string(), range.clone()));
+        if self.held.lock().expect("held").contains(key) {
+            self.arrived.send_modify(|a| *a += 1);
+            let mut gate = self.gate.subscribe();
+            gate.wait_for(|open| *open).await.expect("store alive");
+        }
+        let fail = match self.failures.lock().expect("failures").get_mut(key) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        };
+        if fail {
+            return Err(StoreError::Unreachable {
+                op: "get",
+                key: key.to_string(),
+                endpoint: "test".into(),
+                message: "injected failure".into(),
+            });
+        }
+        let body = self.inner.get_range(key, range, etag).await?;
+        if self.short.lock().expect("short").contains(key) && !body.is_empty() {
+            return Ok(body.slice(..body.len() - 1));
+        }
+        Ok(body)
+    }
+
+    /// Streams like `S3Store` does after a retry: the first attempt's (here, garbled) bytes
+    /// arrive and break off, then the range arrives again from offset 0, in small chunks.
+    async fn get_range_into(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        etag: Option<&str>,
+        sink: &mut ChunkSink<'_>,
+    ) -> StoreResult<u64> {
+        let body = self.get_range(key, range, etag).await?;
+        let garbled: Vec<u8> = body[..body.len() / 2].iter().map(|b| !b).collect();
+        sink(0, &garbled);
+        for (i, chunk) in body.chunks(1000).enumerate() {
+            sink(i as u64 * 1000, chunk);
+        }
+        Ok(body.len() as u64)
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        continuation: Option<String>,
+        max_keys: Option<u32>,
+    ) -> StoreResult<ListPage> {
+        self.inner
+            .list(prefix, delimiter, continuation, max_keys)
+            .await
+    }
+
+    async fn put(&self, key: &str, body: Bytes) -> StoreResult<PutResult> {
+        self.write_call("put", key)?;
+        self.inner.put(key, body).await
+    }
+
+    async fn create_multipart(&self, key: &str) -> StoreResult<String> {
+        self.write_call("create_multipart", key)?;
+        self.inner.create_multipart(key).await
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> StoreResult<CompletedPart> {
+        self.write_call("upload_part", key)?;
+        self.inner
+            .upload_part(key, upload_id, part_number, body)
+            .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        source_key: &str,
+        range: Range<u64>,
+    ) -> StoreResult<CompletedPart> {
+        self.write_call("upload_part_copy", key)?;
+        self.inner
+            .upload_part_copy(key, upload_id, part_number, source_key, range)
+            .await
+    }
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletedPart],
+    ) -> StoreResult<PutResult> {
+        self.write_call("complete_multipart", key)?;
+        self.inner.complete_multipart(key, upload_id, parts).await
+    }
+
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
+        self.count("abort_multipart");
+        self.inner.abort_multipart(key, upload_id).await
+    }
+
+    async fn copy(&self, source_key: &str, dest_key: &str) -> StoreResult<PutResult> {
+        self.write_call("copy", dest_key)?;
+        self.inner.copy(source_key, dest_key).await
+    }
+
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        self.write_call("delete", key)?;
+        self.inner.delete(key).await
+    }
+
+    async fn delete_many(&self, keys: &[String]) -> StoreResult<()> {
+        self.inner.delete_many(keys).await
+    }
+}

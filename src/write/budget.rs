@@ -1,0 +1,100 @@
+//! The bound on dirty bytes across every file of the process.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// How often a waiting writer looks again even without a wake-up (a release that raced its
+/// registration is then noticed late, never missed).
+const RECHECK: Duration = Duration::from_millis(200);
+
+#[derive(Debug)]
+pub struct Budget {
+    limit: u64,
+    used: Mutex<u64>,
+    freed: Notify,
+}
+
+impl Budget {
+    pub fn new(limit: u64) -> Budget {
+        Budget {
+            limit: limit.max(1),
+            used: Mutex::new(0),
+            freed: Notify::new(),
+        }
+    }
+
+    /// Takes `n` bytes if they fit. A reservation always fits when nothing is reserved, so one
+    /// write larger than the whole bound still proceeds.
+    pub fn try_reserve(&self, n: u64) -> bool {
+        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        if *used == 0 || used.saturating_add(n) <= self.limit {
+            *used += n;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes `n` bytes, waiting for releases until they fit.
+    pub async fn reserve(&self, n: u64) {
+        loop {
+            let freed = self.freed.notified();
+            if self.try_reserve(n) {
+                return;
+            }
+            let _ = tokio::time::timeout(RECHECK, freed).await;
+        }
+    }
+
+    pub fn release(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        {
+            let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+            *used = used.saturating_sub(n);
+        }
+        self.freed.notify_waiters();
+    }
+
+    pub fn used(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_fit_the_limit_but_one_always_proceeds() {
+        let budget = Budget::new(100);
+        assert!(
+            budget.try_reserve(150),
+            "alone, even an oversized write proceeds"
+        );
+        assert!(!budget.try_reserve(1));
+        budget.release(150);
+        assert!(budget.try_reserve(60));
+        assert!(budget.try_reserve(40));
+        assert!(!budget.try_reserve(1));
+        assert_eq!(budget.used(), 100);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_writer_proceeds_after_a_release() {
+        let budget = std::sync::Arc::new(Budget::new(10));
+        assert!(budget.try_reserve(10));
+        let waiter = {
+            let budget = budget.clone();
+            tokio::spawn(async move { budget.reserve(5).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        budget.release(10);
+        waiter.await.expect("waiter");
+        assert_eq!(budget.used(), 5);
+    }
+}

@@ -1,0 +1,465 @@
+//! Turning a dirty file into a new object version: one PUT for a small file, a multipart upload
+//! for a large one, and the parts streamed ahead of the commit while the application writes.
+
+use std::fs::File;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+use super::extents::Extents;
+use super::file::{DirtyFile, Target, Upload, UploadedPart, View};
+use super::plan::{self, PlannedPart, Source};
+use super::{Inner, Piece, WriteError, read_plan};
+use crate::cache::ObjectVersion;
+use crate::store::CompletedPart;
+
+/// Parts of one file's commit sent at once.
+const PARTS_IN_PARALLEL: usize = 4;
+
+/// What a commit works from: the file as it was when the commit started.
+struct Snapshot {
+    generation: u64,
+    size: u64,
+    base: Option<ObjectVersion>,
+    base_len: u64,
+    dirty: Extents,
+    spill: Option<Arc<File>>,
+}
+
+impl Snapshot {
+    /// Bytes `range` of the snapshot, built from the spill file, the base object and zeros.
+    async fn bytes(
+        &self,
+        inner: &Inner,
+        target: &Target,
+        range: Range<u64>,
+    ) -> Result<Bytes, WriteError> {
+        let view = View {
+            dirty: &self.dirty,
+            base: self.base.as_ref(),
+            base_len: self.base_len,
+        };
+        let pieces = read_plan(&view, range.clone());
+        let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
+        for piece in pieces {
+            match piece {
+                Piece::Spill(r) => {
+                    let spill = self.spill.as_ref().ok_or(WriteError::SpillGone)?;
+                    let bytes = DirtyFile::read_spill(spill, r)
+                        .map_err(|source| WriteError::Spill { source })?;
+                    out.extend_from_slice(&bytes);
+                }
+                Piece::Base(base, r) => {
+                    // Not sequential: a commit reads just the base bytes around its writes, and
+                    // read-ahead would fetch lines nobody needs.
+                    let bytes = inner
+                        .reader
+                        .read(&target.store, &base, r, false)
+                        .await
+                        .map_err(|source| WriteError::store(target, source))?;
+                    out.extend_from_slice(&bytes);
+                }
+                Piece::Zeros(n) => out.resize(out.len() + n, 0),
+            }
+        }
+        Ok(out.freeze())
+    }
+}
+
+/// Commits `file` once if it is dirty. Holds the file's commit lock throughout; the caller holds
+/// a commit worker slot.
+pub(super) async fn commit_once(
+    inner: &Arc<Inner>,
+    file: &Arc<DirtyFile>,
+) -> Result<(), WriteError> {
+    let _one_at_a_time = file.commit_lock.lock().await;
+    let (snapshot, upload) = {
+        let mut state = file.state();
+        if state.deleted || !state.is_dirty() {
+            return Ok(());
+        }
+        state.low_water = state.size;
+        (
+            Snapshot {
+                generation: state.generation,
+                size: state.size,
+                base: state.base.clone(),
+                base_len: state.base_len,
+                dirty: state.dirty.clone(),
+                spill: state.spill.clone(),
+            },
+            state.upload.clone(),
+        )
+    };
+    let target = &file.target;
+    let started = Instant::now();
+    let result = if snapshot.size < inner.config.multipart_threshold && upload.is_none() {
+        put_whole(inner, target, &snapshot).await
+    } else {
+        multipart(inner, file, &snapshot)
+            .await
+            .map(|etag| (etag, None))
+    };
+    inner
+        .metrics
+        .record_commit(&target.backend, result.is_ok(), started.elapsed());
+    let (etag, body) = result?;
+    let committed = ObjectVersion {
+        key: target.key.clone(),
+        etag,
+        size: snapshot.size,
+    };
+    tracing::debug!(backend = %target.backend, key = %target.key, size = snapshot.size,
+        elapsed = ?started.elapsed(), "committed");
+    rebase(inner, file, &snapshot, committed, body);
+    Ok(())
+}
+
+/// After a successful commit: the new object becomes the base. If nothing was written during
+/// the commit the file is clean and its spill data goes; otherwise the dirty extents stay (a
+/// superset of what differs from the new base) for the next commit.
+fn rebase(
+    inner: &Inner,
+    file: &DirtyFile,
+    snapshot: &Snapshot,
+    committed: ObjectVersion,
+    body: Option<Bytes>,
+) {
+    let target = &file.target;
+    if let Some(cache) = &inner.cache {
+        // Lines of the replaced version can never be read again (they are keyed by its ETag).
+        cache.invalidate(target.store.id(), &target.key);
+    }
+    let (released, clean) = {
+        let mut state = file.state();
+        state.committed = snapshot.generation;
+        // A commit that lands clears any unreported failure of an earlier one.
+        state.failure = None;
+        state.base_len = committed.size.min(state.low_water);
+        state.base = Some(committed.clone());
+        state.low_water = state.size;
+        state.upload = None;
+        state.part_changed.clear();
+        let clean = !state.is_dirty();
+        let released = if clean {
+            state.dirty = Extents::new();
+            state.spill = None;
+            std::mem::take(&mut state.budgeted)
+        } else {
+            0
+        };
+        (released, clean)
+    };
+    inner.budget.release(released);
+    inner.metrics.add_dirty_bytes(-(released as i64));
+    if let (true, true, Some(cache), Some(body)) = (clean, inner.config.promote, &inner.cache, body)
+    {
+        let cache = Arc::clone(cache);
+        let store_id = target.store.id().to_string();
+        // Admission copies into the cache's storage: off the async runtime.
+        tokio::task::spawn_blocking(move || cache.admit(&store_id, &committed, 0, &body));
+    }
+}
+
+/// One PutObject of the whole file. Returns the new ETag and the body (for cache promotion).
+async fn put_whole(
+    inner: &Inner,
+    target: &Target,
+    snapshot: &Snapshot,
+) -> Result<(String, Option<Bytes>), WriteError> {
+    let body = snapshot.bytes(inner, target, 0..snapshot.size).await?;
+    let put = target
+        .store
+        .put(&target.key, body.clone())
+        .await
+        .map_err(|source| WriteError::store(target, source))?;
+    Ok((put.etag, Some(body)))
+}
+
+/// A multipart upload of the whole file: parts streamed earlier and still current are reused,
+/// unchanged ranges of the base object copied server-side, the rest uploaded.
+async fn multipart(
+    inner: &Arc<Inner>,
+    file: &Arc<DirtyFile>,
+    snapshot: &Snapshot,
+) -> Result<String, WriteError> {
+    let target = &file.target;
+    let _streaming_stopped = StopStreaming::wait(file).await;
+    let (upload_id, part_size) = ensure_upload(file, snapshot.size).await?;
+    let planned = {
+        let state = file.state();
+        plan::plan_parts(
+            snapshot.size,
+            part_size,
+            snapshot.base_len,
+            &snapshot.dirty,
+            |index, range| state.part_current(index, range),
+        )
+    };
+    let parts: Vec<CompletedPart> = stream::iter(planned)
+        .map(|part| send_part(inner, file, snapshot, &upload_id, part))
+        .buffered(PARTS_IN_PARALLEL)
+        .try_collect()
+        .await?;
+    let done = target
+        .store
+        .complete_multipart(&target.key, &upload_id, &parts)
+        .await
+        .map_err(|source| WriteError::store(target, source))?;
+    Ok(done.etag)
+}
+
+/// Stops parts from being streamed while a commit sends its own, after waiting for those in
+/// flight; streaming resumes when it is dropped.
+struct StopStreaming<'a>(&'a DirtyFile);
+
+impl<'a> StopStreaming<'a> {
+    async fn wait(file: &'a DirtyFile) -> StopStreaming<'a> {
+        file.state().committing = true;
+        let stopped = StopStreaming(file);
+        loop {
+            let finished = file.streamed.notified();
+            if file.state().streaming.is_empty() {
+                return stopped;
+            }
+            finished.await;
+        }
+    }
+}
+
+impl Drop for StopStreaming<'_> {
+    fn drop(&mut self) {
+        self.0.state().committing = false;
+    }
+}
+
+/// Sends (or reuses) one planned part and records it as uploaded, so a retried commit reuses it.
+async fn send_part(
+    inner: &Inner,
+    file: &DirtyFile,
+    snapshot: &Snapshot,
+    upload_id: &str,
+    part: PlannedPart,
+) -> Result<CompletedPart, WriteError> {
+    let target = &file.target;
+    let number = part.number();
+    let completed = match part.source {
+        Source::Reuse => {
+            let state = file.state();
+            let reused = state
+                .upload
+                .as_ref()
+                .and_then(|u| u.parts.get(&part.index))
+                .map(|p| p.part.clone());
+            // Planned as reusable under this same commit lock, with streaming stopped.
+            return reused.ok_or(WriteError::Internal("a reusable part vanished"));
+        }
+        Source::Copy => {
+            let base = snapshot
+                .base
+                .as_ref()
+                .ok_or(WriteError::Internal("a part copied from no base"))?;
+            target
+                .store
+                .upload_part_copy(
+                    &target.key,
+                    upload_id,
+                    number,
+                    &base.key,
+                    part.range.clone(),
+                )
+                .await
+        }
+        Source::Upload => {
+            let body = snapshot.bytes(inner, target, part.range.clone()).await?;
+            target
+                .store
+                .upload_part(&target.key, upload_id, number, body)
+                .await
+        }
+    }
+    .map_err(|source| WriteError::store(target, source))?;
+    remember_part(
+        file,
+        upload_id,
+        part.index,
+        snapshot.generation,
+        part.range,
+        completed.clone(),
+    );
+    Ok(completed)
+}
+
+fn remember_part(
+    file: &DirtyFile,
+    upload_id: &str,
+    index: u64,
+    generation: u64,
+    range: Range<u64>,
+    part: CompletedPart,
+) {
+    let mut state = file.state();
+    if let Some(upload) = state.upload.as_mut().filter(|u| u.id == upload_id) {
+        upload.parts.insert(
+            index,
+            UploadedPart {
+                part,
+                generation,
+                range,
+            },
+        );
+    }
+}
+
+/// The file's multipart upload, started if there is none (or if the one streamed into has a
+/// part size too small for the file's size now). Returns its id and part size.
+async fn ensure_upload(file: &DirtyFile, size: u64) -> Result<(String, u64), WriteError> {
+    let _one_at_a_time = file.upload_lock.lock().await;
+    let (existing, stale) = {
+        let mut state = file.state();
+        match state.upload.take() {
+            Some(u) if plan::part_count(size, u.part_size) <= plan::MAX_PARTS => {
+                let found = (u.id.clone(), u.part_size);
+                state.upload = Some(u);
+                (Some(found), None)
+            }
+            other => (None, other),
+        }
+    };
+    if let Some(stale) = stale {
+        abort_in_background(&file.target, stale.id);
+    }
+    if let Some(found) = existing {
+        return Ok(found);
+    }
+    let target = &file.target;
+    let id = target
+        .store
+        .create_multipart(&target.key)
+        .await
+        .map_err(|source| WriteError::store(target, source))?;
+    let part_size = plan::part_size_for(size);
+    let mut state = file.state();
+    if state.deleted {
+        drop(state);
+        abort_in_background(target, id.clone());
+        return Err(WriteError::Deleted);
+    }
+    state.upload = Some(Upload {
+        id: id.clone(),
+        part_size,
+        parts: Default::default(),
+    });
+    state.part_changed.clear();
+    Ok((id, part_size))
+}
+
+/// Aborts a multipart upload that will not be completed, on its own task (nobody waits).
+pub(super) fn abort_in_background(target: &Target, upload_id: String) {
+    let target = target.clone();
+    tokio::spawn(async move {
+        if let Err(e) = target.store.abort_multipart(&target.key, &upload_id).await {
+            tracing::warn!(backend = %target.backend, key = %target.key, error = %e,
+                "cannot abort an abandoned multipart upload; the store's lifecycle rules must clean it");
+        }
+    });
+}
+
+/// After a write of `start..end`: if the file is large and the write went past the end of a
+/// grid part, uploads the parts it finished on their own tasks, so a large file's upload is
+/// mostly done when it is closed. Waits only for a slot to start them (backpressure on writers
+/// that outrun the store).
+pub(super) async fn stream_finished_parts(
+    inner: &Arc<Inner>,
+    file: &Arc<DirtyFile>,
+    start: u64,
+    end: u64,
+) {
+    let threshold = inner.config.multipart_threshold;
+    let part_size = {
+        let state = file.state();
+        if state.size < threshold || state.deleted || state.committing {
+            return;
+        }
+        match &state.upload {
+            Some(upload) => upload.part_size,
+            // Sized for a file of the threshold's size: the grid must be fixed before the final
+            // size is known; `ensure_upload` starts over in the rare file it is too small for.
+            None => plan::part_size_for(threshold),
+        }
+    };
+    if end / part_size == start / part_size && !end.is_multiple_of(part_size) {
+        return; // still inside one part
+    }
+    let finished_before = end / part_size; // parts [0, finished_before) lie below `end`
+    let first = (start / part_size).saturating_sub(1);
+    for index in first..finished_before {
+        let range = plan::part_range(index, part_size, u64::MAX);
+        {
+            let mut state = file.state();
+            let current = state.part_current(index, &range);
+            let in_flight = state.streaming.contains(&index);
+            if current || in_flight || state.committing || range.end > state.size {
+                continue;
+            }
+            state.streaming.push(index);
+        }
+        let permit = match Arc::clone(&inner.streamed_parts).acquire_owned().await {
+            Ok(permit) => permit,
+            Err(_) => return,
+        };
+        let (inner, file) = (Arc::clone(inner), Arc::clone(file));
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = stream_part(&inner, &file, index, range, part_size).await {
+                // The commit uploads the part itself; nothing is lost.
+                tracing::debug!(key = %file.target.key, part = index, error = %e,
+                    "streaming a part ahead of the commit failed");
+            }
+            file.state().streaming.retain(|i| *i != index);
+            file.streamed.notify_waiters();
+        });
+    }
+}
+
+/// Uploads part `index` of the file as it is now.
+async fn stream_part(
+    inner: &Inner,
+    file: &Arc<DirtyFile>,
+    index: u64,
+    range: Range<u64>,
+    part_size: u64,
+) -> Result<(), WriteError> {
+    let target = &file.target;
+    let (upload_id, actual_size) = ensure_upload(file, range.end).await?;
+    if actual_size != part_size {
+        return Ok(()); // the grid changed under us; the commit will cover this part
+    }
+    // The generation is noted before the bytes are read (see `file`'s module doc).
+    let snapshot = {
+        let state = file.state();
+        Snapshot {
+            generation: state.generation,
+            size: state.size,
+            base: state.base.clone(),
+            base_len: state.base_len,
+            dirty: state.dirty.clone(),
+            spill: state.spill.clone(),
+        }
+    };
+    if range.end > snapshot.size {
+        return Ok(()); // truncated meanwhile
+    }
+    let body = snapshot.bytes(inner, target, range.clone()).await?;
+    let number = i32::try_from(index + 1).unwrap_or(i32::MAX);
+    let part = target
+        .store
+        .upload_part(&target.key, &upload_id, number, body)
+        .await
+        .map_err(|source| WriteError::store(target, source))?;
+    remember_part(file, &upload_id, index, snapshot.generation, range, part);
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! `DirtyFile`: one object being written through the mount — what its bytes are now, which of
+//! them exist only locally, and what of it the store already holds.
+//!
+//! The content model: byte `o` (below `size`) is the local spill file's byte if `o` lies in a
+//! `dirty` extent, else the base object's byte if `o < base_len`, else zero. Truncating only
+//! ever lowers `base_len`, so bytes cut off and grown back read as zeros, never as the old
+//! object's.
+//!
+//! Bytes are written into the spill file *before* the write is recorded under the lock, and a
+//! snapshot (a commit, or a part uploaded early) notes the generation *before* it reads. So a
+//! snapshot that raced a write either saw its bytes or is known to be stale — never silently
+//! both old and marked current.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use crate::cache::ObjectVersion;
+use crate::store::{CompletedPart, ObjectStore};
+
+use super::extents::Extents;
+
+/// Where a file is committed: which store, under which key, for which backend (metrics, logs).
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub store: Arc<dyn ObjectStore>,
+    pub backend: String,
+    pub key: String,
+}
+
+/// A multipart upload that parts are streamed into while the application still writes.
+#[derive(Debug, Clone)]
+pub(super) struct Upload {
+    pub id: String,
+    pub part_size: u64,
+    /// Part index → the part as uploaded, with the generation its bytes were read at and the
+    /// range they covered.
+    pub parts: BTreeMap<u64, UploadedPart>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct UploadedPart {
+    pub part: CompletedPart,
+    pub generation: u64,
+    pub range: Range<u64>,
+}
+
+#[derive(Debug)]
+pub(super) struct State {
+    pub size: u64,
+    pub mtime: SystemTime,
+    /// The object the clean bytes come from (`None` for a file new to the store).
+    pub base: Option<ObjectVersion>,
+    pub base_len: u64,
+    pub dirty: Extents,
+    pub spill: Option<Arc<File>>,
+    /// Bumped by every change of content.
+    pub generation: u64,
+    /// The generation the store holds.
+    pub committed: u64,
+    /// The smallest size since the running commit took its snapshot.
+    pub low_water: u64,
+    /// A background commit failure fsync has not reported yet.
+    pub failure: Option<String>,
+    /// Unlinked or renamed away: nothing more is committed.
+    pub deleted: bool,
+    /// Open handles on this file through any mount.
+    pub handles: usize,
+    /// A background commit task is scheduled or running.
+    pub background: bool,
+    /// Dirty bytes counted against the engine's budget.
+    pub budgeted: u64,
+    pub upload: Option<Upload>,
+    /// While `upload` is set: part index → generation of its last change.
+    pub part_changed: HashMap<u64, u64>,
+    /// Parts being streamed ahead of the commit right now (never the same part twice at once).
+    pub streaming: Vec<u64>,
+    /// A multipart commit is sending parts: nothing is streamed meanwhile, so no early upload
+    /// of a part can overtake the commit's own.
+    pub committing: bool,
+}
+
+/// The part of the state that says where each byte comes from.
+pub(super) struct View<'a> {
+    pub dirty: &'a Extents,
+    pub base: Option<&'a ObjectVersion>,
+    pub base_len: u64,
+}
+
+impl State {
+    pub fn view(&self) -> View<'_> {
+        View {
+            dirty: &self.dirty,
+            base: self.base.as_ref(),
+            base_len: self.base_len,
+        }
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.generation != self.committed
+    }
+
+    /// Records a change to `range` (already in the spill file): marks it dirty, grows the size,
+    /// and returns how many bytes became dirty that were not before.
+    pub fn record_write(&mut self, range: Range<u64>) -> u64 {
+        self.generation += 1;
+        self.size = self.size.max(range.end);
+        self.mtime = SystemTime::now();
+        self.mark_parts_changed(range.start, range.end);
+        self.dirty.insert(range)
+    }
+
+    /// Sets the size; returns how many dirty bytes were dropped.
+    pub fn record_truncate(&mut self, size: u64) -> u64 {
+        self.generation += 1;
+        self.mtime = SystemTime::now();
+        let (low, high) = (size.min(self.size), size.max(self.size));
+        self.mark_parts_changed(low, high.max(low + 1));
+        self.size = size;
+        self.base_len = self.base_len.min(size);
+        self.low_water = self.low_water.min(size);
+        self.dirty.truncate(size)
+    }
+
+    fn mark_parts_changed(&mut self, start: u64, end: u64) {
+        let Some(upload) = &self.upload else {
+            return;
+        };
+        let size = upload.part_size;
+        for index in start / size..=(end.saturating_sub(1)) / size {
+            self.part_changed.insert(index, self.generation);
+        }
+    }
+
+    /// Whether the uploaded part `index` still holds exactly bytes `range` of the file.
+    pub fn part_current(&self, index: u64, range: &Range<u64>) -> bool {
+        let Some(uploaded) = self.upload.as_ref().and_then(|u| u.parts.get(&index)) else {
+            return false;
+        };
+        let changed = self.part_changed.get(&index).copied().unwrap_or(0);
+        uploaded.range == *range && uploaded.generation >= changed
+    }
+}
+
+/// One file being written. Shared by every handle open on it, in every mount of the process.
+#[derive(Debug)]
+pub struct DirtyFile {
+    pub target: Target,
+    /// Unique per file for the life of the process: names its spill file.
+    pub(super) serial: u64,
+    pub(super) state: Mutex<State>,
+    /// Held for a whole commit: one commit of a file at a time.
+    pub(super) commit_lock: tokio::sync::Mutex<()>,
+    /// Held while a multipart upload is being started, so only one is.
+    pub(super) upload_lock: tokio::sync::Mutex<()>,
+    /// Signalled when a streamed part finishes.
+    pub(super) streamed: tokio::sync::Notify,
+}
+
+/// What `stat` shows for a file being written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirtyMeta {
+    pub size: u64,
+    pub mtime: SystemTime,
+}
+
+impl DirtyFile {
+    pub(super) fn new(target: Target, serial: u64, base: Option<ObjectVersion>) -> DirtyFile {
+        let (size, committed) = match &base {
+            Some(base) => (base.size, 0),
+            // A new file: its (empty) object still has to be created.
+            None => (0, u64::MAX),
+        };
+        DirtyFile {
+            target,
+            serial,
+            state: Mutex::new(State {
+                size,
+                mtime: SystemTime::now(),
+                base_len: size,
+                base,
+                dirty: Extents::new(),
+                spill: None,
+                generation: 0,
+                committed,
+                low_water: size,
+                failure: None,
+                deleted: false,
+                handles: 0,
+                background: false,
+                budgeted: 0,
+                upload: None,
+                part_changed: HashMap::new(),
+                streaming: Vec::new(),
+                committing: false,
+            }),
+            commit_lock: tokio::sync::Mutex::new(()),
+            upload_lock: tokio::sync::Mutex::new(()),
+            streamed: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
+        // Every critical section leaves the state consistent; a panic elsewhere does not make
+        // it unusable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn meta(&self) -> DirtyMeta {
+        let state = self.state();
+        DirtyMeta {
+            size: state.size,
+            mtime: state.mtime,
+        }
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.state().is_dirty()
+    }
+
+    /// Sets the modification time `stat` shows until the next write. (An object's own time is
+    /// set by the store at commit; this is what the application asked for meanwhile.)
+    pub fn set_mtime(&self, mtime: SystemTime) {
+        self.state().mtime = mtime;
+    }
+
+    /// Reads `range` of the spill file; short only if the spill file is (a hole reads as zeros).
+    pub(super) fn read_spill(spill: &File, range: Range<u64>) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0; (range.end - range.start) as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            match spill.read_at(&mut buf[done..], range.start + done as u64) {
+                Ok(0) => break, // past the spill file's end: the rest stays zero
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(buf)
+    }
+}

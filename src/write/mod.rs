@@ -1,0 +1,505 @@
+//! The write engine: files being written through any mount of the process, their local spill
+//! data, and their commits to the store.
+//!
+//! A file opened for writing becomes a [`DirtyFile`], shared by every handle on that object in
+//! every mount. Written bytes go to an anonymous spill file under `cache_dir_path` and are
+//! recorded as dirty extents over the object the file started from. A commit turns the file into
+//! a new object version: one PutObject below `multipart_upload_threshold_bytes`, otherwise a
+//! multipart upload that copies unchanged ranges server-side and reuses parts streamed while the
+//! application was still writing (see [`plan`]). Commits run on at most `write_commit_workers`
+//! at once; a failed background commit keeps the data dirty, is retried with backoff, and is
+//! reported once to the next fsync. Dirty bytes are bounded: a writer past the bound waits for
+//! commits to drain (and starts its own file's) rather than failing.
+
+mod budget;
+mod commit;
+mod copy;
+mod error;
+mod extents;
+mod file;
+pub mod plan;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::Semaphore;
+
+pub use copy::copy_object;
+pub use error::WriteError;
+pub use extents::Extents;
+pub use file::{DirtyFile, DirtyMeta, Target};
+
+use crate::cache::{LineCache, ObjectReader, ObjectVersion};
+use crate::private_dir::PrivateDir;
+use crate::telemetry::Metrics;
+use budget::Budget;
+use file::View;
+
+/// Parts of streamed uploads in flight across the process, per commit worker.
+const STREAMED_PARTS_PER_WORKER: usize = 2;
+/// Background commit retries back off from the first to the last delay, doubling.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_LAST: Duration = Duration::from_secs(60);
+
+/// What the write engine is sized by (from the top-level configuration).
+#[derive(Debug, Clone)]
+pub struct WriteConfig {
+    /// Files at least this big are committed by multipart upload; smaller ones by one PUT.
+    pub multipart_threshold: u64,
+    pub commit_workers: usize,
+    /// Dirty bytes across all files beyond which writers wait.
+    pub dirty_limit: u64,
+    /// Admit committed bytes into the read cache.
+    pub promote: bool,
+    /// Where the spill directory is created (the system temp dir when `None`).
+    pub spill_parent: Option<PathBuf>,
+}
+
+/// The process's write engine; clone it freely (it is a handle).
+#[derive(Clone)]
+pub struct WriteEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: WriteConfig,
+    spill_dir: PrivateDir,
+    /// (store id, key) → the file being written there.
+    files: Mutex<HashMap<(String, String), Arc<DirtyFile>>>,
+    next_serial: AtomicU64,
+    commit_slots: Semaphore,
+    streamed_parts: Arc<Semaphore>,
+    budget: Budget,
+    reader: Arc<dyn ObjectReader>,
+    cache: Option<Arc<LineCache>>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for WriteEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteEngine")
+            .field("spill_dir", &self.inner.spill_dir.path())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriteEngine {
+    pub fn new(
+        config: WriteConfig,
+        reader: Arc<dyn ObjectReader>,
+        cache: Option<Arc<LineCache>>,
+        metrics: Arc<Metrics>,
+    ) -> Result<WriteEngine, WriteError> {
+        let parent = config
+            .spill_parent
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        let spill_dir = PrivateDir::create(&parent, "msfs-writes")
+            .map_err(|(path, source)| WriteError::SpillDir { path, source })?;
+        let workers = config.commit_workers.max(1);
+        Ok(WriteEngine {
+            inner: Arc::new(Inner {
+                spill_dir,
+                files: Mutex::new(HashMap::new()),
+                next_serial: AtomicU64::new(1),
+                commit_slots: Semaphore::new(workers),
+                streamed_parts: Arc::new(Semaphore::new(workers * STREAMED_PARTS_PER_WORKER)),
+                budget: Budget::new(config.dirty_limit),
+                reader,
+                cache,
+                metrics,
+                config,
+            }),
+        })
+    }
+
+    /// The file being written at `key` of store `store_id`, if any: its content, not the
+    /// store's, is what the mount shows.
+    pub fn find(&self, store_id: &str, key: &str) -> Option<Arc<DirtyFile>> {
+        self.inner
+            .files()
+            .get(&(store_id.to_string(), key.to_string()))
+            .cloned()
+    }
+
+    /// Files being written directly under `dir_prefix` (a key prefix ending in "/", or ""),
+    /// by name: what a listing must show even before their objects exist.
+    pub fn files_in(&self, store_id: &str, dir_prefix: &str) -> Vec<(String, DirtyMeta)> {
+        let files: Vec<Arc<DirtyFile>> = self
+            .inner
+            .files()
+            .iter()
+            .filter(|((id, key), _)| {
+                id == store_id
+                    && key
+                        .strip_prefix(dir_prefix)
+                        .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+            })
+            .map(|(_, file)| Arc::clone(file))
+            .collect();
+        files
+            .into_iter()
+            .map(|file| {
+                let name = file.target.key[dir_prefix.len()..].to_string();
+                (name, file.meta())
+            })
+            .collect()
+    }
+
+    /// Opens `target` for writing as a handle: joins the file already being written there, or
+    /// starts one over `base` (the object as it is now; `None` if there is none).
+    pub fn open(&self, target: Target, base: Option<ObjectVersion>) -> Arc<DirtyFile> {
+        let id = (target.store.id().to_string(), target.key.clone());
+        let mut files = self.inner.files();
+        let file = files
+            .entry(id)
+            .or_insert_with(|| {
+                let serial = self.inner.next_serial.fetch_add(1, Ordering::Relaxed);
+                Arc::new(DirtyFile::new(target, serial, base))
+            })
+            .clone();
+        file.state().handles += 1;
+        file
+    }
+
+    /// Creates `target` as a new, empty file (replacing whatever was being written there).
+    pub fn create(&self, target: Target) -> Arc<DirtyFile> {
+        self.forget(target.store.id(), &target.key);
+        self.open(target, None)
+    }
+
+    /// A handle on `file` closed. The engine lets go of the file once it is clean and unused.
+    pub fn release(&self, file: &Arc<DirtyFile>) {
+        {
+            let mut state = file.state();
+            state.handles = state.handles.saturating_sub(1);
+        }
+        self.inner.let_go_if_done(file);
+    }
+
+    /// The object at `key` was deleted or renamed away: whatever was being written there is
+    /// dropped (an upload in progress is aborted) and never committed.
+    pub fn forget(&self, store_id: &str, key: &str) {
+        let removed = self
+            .inner
+            .files()
+            .remove(&(store_id.to_string(), key.to_string()));
+        if let Some(file) = removed {
+            let (upload, budgeted) = {
+                let mut state = file.state();
+                state.deleted = true;
+                (state.upload.take(), std::mem::take(&mut state.budgeted))
+            };
+            self.inner.budget.release(budgeted);
+            self.inner.metrics.add_dirty_bytes(-(budgeted as i64));
+            if let Some(upload) = upload {
+                commit::abort_in_background(&file.target, upload.id);
+            }
+        }
+    }
+
+    /// Writes `data` at `offset`. Waits (never fails) while dirty data is over its bound.
+    pub async fn write(
+        &self,
+        file: &Arc<DirtyFile>,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), WriteError> {
+        let len = data.len() as u64;
+        let end = offset
+            .checked_add(len)
+            .ok_or(WriteError::TooLarge { offset, len })?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.reserve(file, len).await;
+        let spill = match self.inner.spill_of(file) {
+            Ok(spill) => spill,
+            Err(e) => {
+                self.inner.budget.release(len);
+                return Err(e);
+            }
+        };
+        // Bytes first, record second (see `file`'s module doc).
+        if let Err(source) = spill.write_all_at(data, offset) {
+            self.inner.budget.release(len);
+            return Err(WriteError::Spill { source });
+        }
+        let fresh = {
+            let mut state = file.state();
+            let fresh = state.record_write(offset..end);
+            state.budgeted += fresh;
+            fresh
+        };
+        self.inner.budget.release(len - fresh);
+        self.inner.metrics.add_dirty_bytes(fresh as i64);
+        self.inner
+            .metrics
+            .record_bytes_written(&file.target.backend, data.len());
+        commit::stream_finished_parts(&self.inner, file, offset, end).await;
+        Ok(())
+    }
+
+    /// Waits for room for `len` more dirty bytes; while waiting, commits this file early so
+    /// that a single file larger than the bound still makes progress.
+    async fn reserve(&self, file: &Arc<DirtyFile>, len: u64) {
+        if self.inner.budget.try_reserve(len) {
+            return;
+        }
+        tracing::debug!(key = %file.target.key, "dirty data over its bound; waiting for commits");
+        self.commit_in_background(file);
+        self.inner.budget.reserve(len).await;
+    }
+
+    /// Bytes `range` of the file as it is now (clamped to its size).
+    pub async fn read(
+        &self,
+        file: &Arc<DirtyFile>,
+        range: Range<u64>,
+        sequential: bool,
+    ) -> Result<Bytes, WriteError> {
+        let (pieces, spill) = {
+            let state = file.state();
+            let end = range.end.min(state.size);
+            if range.start >= end {
+                return Ok(Bytes::new());
+            }
+            (
+                read_plan(&state.view(), range.start..end),
+                state.spill.clone(),
+            )
+        };
+        let target = &file.target;
+        let mut parts = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            parts.push(match piece {
+                Piece::Spill(r) => {
+                    let spill = spill.as_ref().ok_or(WriteError::SpillGone)?;
+                    Bytes::from(
+                        DirtyFile::read_spill(spill, r)
+                            .map_err(|source| WriteError::Spill { source })?,
+                    )
+                }
+                Piece::Base(base, r) => self
+                    .inner
+                    .reader
+                    .read(&target.store, &base, r, sequential)
+                    .await
+                    .map_err(|source| WriteError::store(target, source))?,
+                Piece::Zeros(n) => Bytes::from(vec![0; n]),
+            });
+        }
+        if parts.len() == 1 {
+            return Ok(parts.swap_remove(0));
+        }
+        let mut out = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+        for part in parts {
+            out.extend_from_slice(&part);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Sets the file's size: shrinking drops bytes, growing adds zeros.
+    pub fn truncate(&self, file: &Arc<DirtyFile>, size: u64) -> Result<(), WriteError> {
+        let dropped = {
+            let mut state = file.state();
+            if let Some(spill) = &state.spill
+                && size < state.size
+            {
+                spill
+                    .set_len(size)
+                    .map_err(|source| WriteError::Spill { source })?;
+            }
+            let dropped = state.record_truncate(size).min(state.budgeted);
+            state.budgeted -= dropped;
+            dropped
+        };
+        self.inner.budget.release(dropped);
+        self.inner.metrics.add_dirty_bytes(-(dropped as i64));
+        Ok(())
+    }
+
+    /// Commits the file now and waits for the store to acknowledge it (close with
+    /// `flush_on_close`). On failure the data stays dirty and a background retry is scheduled.
+    pub async fn commit(&self, file: &Arc<DirtyFile>) -> Result<(), WriteError> {
+        let result = {
+            let _slot = self.inner.commit_slots.acquire().await;
+            commit::commit_once(&self.inner, file).await
+        };
+        if result.is_err() {
+            self.commit_in_background(file);
+        }
+        result
+    }
+
+    /// fsync: everything written so far is in the store when this returns Ok. An earlier
+    /// background commit failure not yet reported is reported now, once, as an error.
+    pub async fn fsync(&self, file: &Arc<DirtyFile>) -> Result<(), WriteError> {
+        // Taken, so it is reported once, whatever this commit's own outcome.
+        let earlier = file.state().failure.take();
+        let result = self.commit(file).await;
+        match earlier {
+            Some(message) => Err(WriteError::EarlierCommitFailed { message }),
+            None => result,
+        }
+    }
+
+    /// Commits the file on a background task (close without `flush_on_close`), retrying with
+    /// backoff until it lands or the file is deleted.
+    pub fn commit_in_background(&self, file: &Arc<DirtyFile>) {
+        {
+            let mut state = file.state();
+            if state.background || state.deleted || !state.is_dirty() {
+                return;
+            }
+            state.background = true;
+        }
+        let inner = Arc::clone(&self.inner);
+        let file = Arc::clone(file);
+        tokio::spawn(async move {
+            let mut delay = RETRY_FIRST;
+            loop {
+                let result = {
+                    let _slot = inner.commit_slots.acquire().await;
+                    commit::commit_once(&inner, &file).await
+                };
+                let again = {
+                    let mut state = file.state();
+                    match &result {
+                        Ok(()) => {
+                            state.failure = None;
+                            // New writes raced the commit and nobody will close the file again.
+                            state.is_dirty() && state.handles == 0 && !state.deleted
+                        }
+                        Err(e) => {
+                            state.failure = Some(e.to_string());
+                            !state.deleted
+                        }
+                    }
+                };
+                if let Err(e) = &result {
+                    tracing::warn!(backend = %file.target.backend, key = %file.target.key,
+                        error = %e, retry_in = ?delay, "background commit failed; data kept, retrying");
+                    inner.metrics.record_commit_retry(&file.target.backend);
+                }
+                if !again {
+                    break;
+                }
+                if result.is_err() {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RETRY_LAST);
+                }
+            }
+            file.state().background = false;
+            inner.let_go_if_done(&file);
+        });
+    }
+
+    /// Commits every dirty file and waits (an unmount). Returns the files that could not be
+    /// committed, with why.
+    pub async fn drain(&self) -> Vec<(Target, WriteError)> {
+        let files: Vec<Arc<DirtyFile>> = self.inner.files().values().cloned().collect();
+        let mut failed = Vec::new();
+        for file in files {
+            if !file.is_dirty() {
+                continue;
+            }
+            let result = {
+                let _slot = self.inner.commit_slots.acquire().await;
+                commit::commit_once(&self.inner, &file).await
+            };
+            if let Err(e) = result {
+                failed.push((file.target.clone(), e));
+            }
+        }
+        failed
+    }
+
+    /// Dirty bytes counted against the bound right now.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.inner.budget.used()
+    }
+}
+
+impl Inner {
+    fn files(&self) -> MutexGuard<'_, HashMap<(String, String), Arc<DirtyFile>>> {
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The file's spill file, created on first use: created and at once unlinked, so it lives
+    /// exactly as long as the file needs it, crash or not.
+    fn spill_of(&self, file: &DirtyFile) -> Result<Arc<File>, WriteError> {
+        let mut state = file.state();
+        if let Some(spill) = &state.spill {
+            return Ok(Arc::clone(spill));
+        }
+        let path = self.spill_dir.path().join(format!("file-{}", file.serial));
+        let spill = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|source| WriteError::Spill { source })?;
+        let _ = std::fs::remove_file(&path);
+        let spill = Arc::new(spill);
+        state.spill = Some(Arc::clone(&spill));
+        Ok(spill)
+    }
+
+    /// Drops the engine's reference to a file that is clean (or deleted), unused and not being
+    /// committed: its content is now simply the object's.
+    fn let_go_if_done(&self, file: &Arc<DirtyFile>) {
+        let done = {
+            let state = file.state();
+            state.handles == 0 && !state.background && (!state.is_dirty() || state.deleted)
+        };
+        if !done {
+            return;
+        }
+        let id = (file.target.store.id().to_string(), file.target.key.clone());
+        let mut files = self.files();
+        if files.get(&id).is_some_and(|f| Arc::ptr_eq(f, file)) {
+            files.remove(&id);
+        }
+    }
+}
+
+/// Where one piece of a read comes from.
+enum Piece {
+    Spill(Range<u64>),
+    Base(ObjectVersion, Range<u64>),
+    Zeros(usize),
+}
+
+/// Cuts `range` (inside the file) into pieces by where their bytes are (see `file`'s doc).
+fn read_plan(state: &View<'_>, range: Range<u64>) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    for (r, dirty) in state.dirty.pieces(range) {
+        if dirty {
+            pieces.push(Piece::Spill(r));
+            continue;
+        }
+        let base_end = r.end.min(state.base_len);
+        if let Some(base) = state.base
+            && r.start < base_end
+        {
+            pieces.push(Piece::Base(base.clone(), r.start..base_end));
+        }
+        let zeros_from = r.start.max(base_end);
+        if zeros_from < r.end {
+            pieces.push(Piece::Zeros((r.end - zeros_from) as usize));
+        }
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,347 @@
+//! The write engine against a local-directory store that counts (and on demand fails) requests.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::*;
+use crate::cache::DirectReader;
+use crate::store::testing::TestStore;
+
+const MIB: u64 = 1 << 20;
+
+struct Fixture {
+    data: tempfile::TempDir,
+    _spill: tempfile::TempDir,
+    store: Arc<TestStore>,
+    engine: WriteEngine,
+}
+
+fn fixture(threshold: u64, dirty_limit: u64) -> Fixture {
+    let data = tempfile::tempdir().expect("data dir");
+    let spill = tempfile::tempdir().expect("spill dir");
+    let store = TestStore::new(data.path(), "test-store");
+    let config = WriteConfig {
+        multipart_threshold: threshold,
+        commit_workers: 2,
+        dirty_limit,
+        promote: false,
+        spill_parent: Some(spill.path().to_path_buf()),
+    };
+    let engine =
+        WriteEngine::new(config, Arc::new(DirectReader), None, Metrics::new()).expect("engine");
+    Fixture {
+        data,
+        _spill: spill,
+        store,
+        engine,
+    }
+}
+
+impl Fixture {
+    fn target(&self, key: &str) -> Target {
+        Target {
+            store: self.store.clone(),
+            backend: "test".into(),
+            key: key.into(),
+        }
+    }
+
+    /// The object's bytes as the store holds them, if it exists.
+    fn stored(&self, key: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.data.path().join(key)).ok()
+    }
+
+    /// The object as it is now, as a base to open it over.
+    async fn version(&self, key: &str) -> ObjectVersion {
+        let meta = self
+            .store
+            .head(key)
+            .await
+            .expect("head")
+            .expect("object exists");
+        ObjectVersion {
+            key: key.into(),
+            etag: meta.etag,
+            size: meta.size,
+        }
+    }
+
+    async fn read_all(&self, file: &Arc<DirtyFile>) -> Vec<u8> {
+        let size = file.meta().size;
+        self.engine
+            .read(file, 0..size, false)
+            .await
+            .expect("read")
+            .to_vec()
+    }
+}
+
+/// Deterministic pseudo-random numbers (xorshift), so a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound.max(1)
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.below(256) as u8).collect()
+    }
+}
+
+use crate::store::ObjectStore;
+use crate::telemetry::Metrics;
+
+#[tokio::test]
+async fn a_small_file_is_committed_with_one_put() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let file = f.engine.create(f.target("small"));
+    f.engine.write(&file, 0, b"hello ").await.expect("write");
+    f.engine.write(&file, 6, b"world").await.expect("write");
+    assert_eq!(f.read_all(&file).await, b"hello world", "reads see writes");
+    assert!(f.stored("small").is_none(), "nothing lands before a commit");
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("small").as_deref(), Some(&b"hello world"[..]));
+    assert_eq!(f.store.calls("put"), 1);
+    assert_eq!(f.store.calls("create_multipart"), 0);
+    assert!(!file.is_dirty());
+    assert_eq!(f.engine.dirty_bytes(), 0);
+    f.engine.release(&file);
+    assert!(
+        f.engine.find("test-store", "small").is_none(),
+        "clean and closed: let go"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_new_file_becomes_an_empty_object() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let file = f.engine.create(f.target("empty"));
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("empty").as_deref(), Some(&b""[..]));
+}
+
+#[tokio::test]
+async fn random_writes_and_truncates_match_a_model_across_commits_and_reopens() {
+    // A low threshold sends larger files through multipart (copies, uploads, zero tails) and
+    // smaller ones through a single PUT, as sizes wander across it.
+    let f = fixture(MIB, 1 << 30);
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    let mut model: Vec<u8> = Vec::new();
+    let mut file = f.engine.create(f.target("model"));
+    for step in 0..400 {
+        match rng.below(20) {
+            0 => {
+                let size = rng.below(20 * MIB) as usize;
+                f.engine.truncate(&file, size as u64).expect("truncate");
+                model.resize(size, 0);
+            }
+            1 | 2 => {
+                f.engine.commit(&file).await.expect("commit");
+                assert_eq!(
+                    f.stored("model").as_deref(),
+                    Some(&model[..]),
+                    "step {step}"
+                );
+            }
+            3 => {
+                f.engine.commit(&file).await.expect("commit");
+                f.engine.release(&file);
+                let base = f.version("model").await;
+                file = f.engine.open(f.target("model"), Some(base));
+            }
+            _ => {
+                // Mostly near the end of the model, sometimes far past it (a hole).
+                let offset = match rng.below(4) {
+                    0 => rng.below(model.len() as u64 + 2 * MIB),
+                    _ => rng.below(model.len() as u64 + 1),
+                } as usize;
+                let len = 1 + rng.below(96 * 1024) as usize;
+                let data = rng.bytes(len);
+                f.engine
+                    .write(&file, offset as u64, &data)
+                    .await
+                    .expect("write");
+                if model.len() < offset + data.len() {
+                    model.resize(offset + data.len(), 0);
+                }
+                model[offset..offset + data.len()].copy_from_slice(&data);
+            }
+        }
+        assert_eq!(file.meta().size, model.len() as u64, "step {step}");
+        if step % 25 == 0 {
+            assert_eq!(f.read_all(&file).await, model, "step {step}");
+        }
+    }
+    f.engine.commit(&file).await.expect("final commit");
+    assert_eq!(f.stored("model").as_deref(), Some(&model[..]));
+    assert!(
+        f.store.calls("upload_part_copy") > 0,
+        "unchanged parts were copied"
+    );
+}
+
+#[tokio::test]
+async fn rewriting_4k_of_a_large_object_copies_the_rest_server_side() {
+    let f = fixture(8 * MIB, 1 << 30);
+    let mut rng = Rng(7);
+    let original = rng.bytes((40 * MIB) as usize);
+    std::fs::write(f.data.path().join("big"), &original).expect("seed");
+    let base = f.version("big").await;
+    let file = f.engine.open(f.target("big"), Some(base));
+    let patch = rng.bytes(4096);
+    f.engine
+        .write(&file, 20 * MIB + 100, &patch)
+        .await
+        .expect("write");
+    f.engine.commit(&file).await.expect("commit");
+
+    let mut expected = original;
+    let at = (20 * MIB + 100) as usize;
+    expected[at..at + 4096].copy_from_slice(&patch);
+    assert_eq!(f.stored("big").as_deref(), Some(&expected[..]));
+    // Five 8 MiB parts: the one holding the patch is uploaded, the other four copied.
+    assert_eq!(f.store.calls("upload_part"), 1);
+    assert_eq!(f.store.calls("upload_part_copy"), 4);
+    assert_eq!(f.store.calls("put"), 0);
+    let fetched: u64 = f.store.gets().iter().map(|(_, r)| r.end - r.start).sum();
+    assert!(
+        fetched < 8 * MIB,
+        "only the rewritten part's own bytes are read back: {fetched}"
+    );
+}
+
+#[tokio::test]
+async fn a_large_sequential_write_streams_its_parts_before_the_commit() {
+    let f = fixture(8 * MIB, 1 << 30);
+    let mut rng = Rng(99);
+    let body = rng.bytes((40 * MIB) as usize);
+    let file = f.engine.create(f.target("stream"));
+    for (i, chunk) in body.chunks(MIB as usize).enumerate() {
+        f.engine
+            .write(&file, i as u64 * MIB, chunk)
+            .await
+            .expect("write");
+    }
+    // Parts 0..4 are complete; the writer does not wait for their uploads. Wait (bounded) for
+    // them to land before closing.
+    for _ in 0..500 {
+        if f.store.calls("upload_part") >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let streamed = f.store.calls("upload_part");
+    assert!(
+        streamed >= 4,
+        "parts were uploaded while writing: {streamed}"
+    );
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("stream").as_deref(), Some(&body[..]));
+    assert_eq!(
+        f.store.calls("upload_part"),
+        5,
+        "the commit reused every streamed part and sent only the last"
+    );
+    assert_eq!(f.store.calls("create_multipart"), 1);
+}
+
+#[tokio::test]
+async fn a_failed_background_commit_keeps_the_data_and_is_reported_to_fsync_once() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let file = f.engine.create(f.target("flaky"));
+    f.engine.write(&file, 0, b"precious").await.expect("write");
+    f.store.fail_writes.store(true, Ordering::SeqCst);
+    f.engine.commit_in_background(&file);
+    for _ in 0..500 {
+        if file.state().failure.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(file.state().failure.is_some(), "the failure was recorded");
+    assert!(file.is_dirty(), "the data stays dirty");
+    assert!(f.stored("flaky").is_none());
+
+    f.store.fail_writes.store(false, Ordering::SeqCst);
+    let first = f.engine.fsync(&file).await;
+    assert!(
+        matches!(first, Err(WriteError::EarlierCommitFailed { .. })),
+        "{first:?}"
+    );
+    assert_eq!(f.stored("flaky").as_deref(), Some(&b"precious"[..]));
+    f.engine.fsync(&file).await.expect("reported once only");
+}
+
+#[tokio::test]
+async fn a_foreground_commit_failure_is_returned_and_retried_in_the_background() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let file = f.engine.create(f.target("retry"));
+    f.engine.write(&file, 0, b"data").await.expect("write");
+    f.store.fail_writes.store(true, Ordering::SeqCst);
+    assert!(f.engine.commit(&file).await.is_err());
+    f.store.fail_writes.store(false, Ordering::SeqCst);
+    // The background retry lands it without anyone asking again.
+    for _ in 0..1000 {
+        if f.stored("retry").is_some() && !file.is_dirty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(f.stored("retry").as_deref(), Some(&b"data"[..]));
+}
+
+#[tokio::test]
+async fn writers_past_the_dirty_bound_wait_for_commits_and_lose_nothing() {
+    let f = fixture(64 * MIB, MIB);
+    let mut rng = Rng(3);
+    let body = rng.bytes((5 * MIB) as usize);
+    let file = f.engine.create(f.target("bounded"));
+    for (i, chunk) in body.chunks(64 * 1024).enumerate() {
+        f.engine
+            .write(&file, i as u64 * 64 * 1024, chunk)
+            .await
+            .expect("write");
+        assert!(f.engine.dirty_bytes() <= MIB + 64 * 1024);
+    }
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("bounded").as_deref(), Some(&body[..]));
+    assert!(f.store.calls("put") > 1, "early commits drained the bound");
+    assert_eq!(f.engine.dirty_bytes(), 0);
+}
+
+#[tokio::test]
+async fn a_forgotten_file_is_never_committed() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let file = f.engine.create(f.target("gone"));
+    f.engine.write(&file, 0, b"x").await.expect("write");
+    f.engine.forget("test-store", "gone");
+    f.engine.commit(&file).await.expect("nothing to do");
+    assert!(f.stored("gone").is_none());
+    assert_eq!(f.engine.dirty_bytes(), 0);
+    assert!(f.engine.find("test-store", "gone").is_none());
+}
+
+#[tokio::test]
+async fn two_handles_share_one_file() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let a = f.engine.create(f.target("shared"));
+    let b = f.engine.open(f.target("shared"), None);
+    assert!(Arc::ptr_eq(&a, &b));
+    f.engine.write(&a, 0, b"aaaa").await.expect("write a");
+    f.engine.write(&b, 2, b"bb").await.expect("write b");
+    assert_eq!(f.read_all(&a).await, b"aabb");
+    f.engine.release(&a);
+    assert!(
+        f.engine.find("test-store", "shared").is_some(),
+        "b still open, dirty"
+    );
+    f.engine.commit(&b).await.expect("commit");
+    f.engine.release(&b);
+    assert!(f.engine.find("test-store", "shared").is_none());
+    assert_eq!(f.stored("shared").as_deref(), Some(&b"aabb"[..]));
+}

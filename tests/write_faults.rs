@@ -1,0 +1,102 @@
+//! Writes through a mount whose store fails: a fault-injecting proxy sits between msfs and
+//! garage. Close still succeeds, the failure reaches fsync once, and nothing written is lost.
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use common::fault_proxy::{Fault, FaultPlan, FaultProxy, Match, S3Op};
+use common::{Garage, MsfsMount, config_yaml_with};
+
+/// A writable backend through `proxy`, retrying fast so that a failed commit attempt (ten
+/// tries) takes well under a second.
+fn mount_through(proxy: &FaultProxy, garage: &Garage, bucket: &str) -> MsfsMount {
+    let backend = format!(
+        "{}      retry_base_delay: 5\n      retry_max_delay: 20\n    readonly: false\n",
+        proxy.s3_backend_yaml("data", bucket, "", garage)
+    );
+    MsfsMount::start(&config_yaml_with("", &[backend]), "yaml").expect("mount")
+}
+
+async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_background_commit_is_reported_to_fsync_once_and_lands_after_recovery() {
+    let garage = Garage::start();
+    garage.create_bucket("faulty");
+    let proxy = FaultProxy::in_front_of(&garage);
+    let m = mount_through(&proxy, &garage, "faulty");
+    let path = m.path().join("data/precious");
+
+    proxy.set(
+        FaultPlan::always(Fault::service_unavailable()).only(Match::any().op(S3Op::PutObject)),
+    );
+    std::fs::write(&path, b"do not lose me").expect("write and close succeed");
+    // One commit attempt is ten tries; an eleventh failure means the background retry loop
+    // has recorded the first attempt's failure and gone round again.
+    wait_until("the commit failed and was retried", async || {
+        proxy.stats().errors >= 11
+    })
+    .await;
+    assert_eq!(
+        std::fs::read(&path).expect("read while failing"),
+        b"do not lose me",
+        "the mount serves the kept data"
+    );
+    assert_eq!(garage.try_get_object("faulty", "precious").await, None);
+
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    let err = file.sync_all().expect_err("the failure is reported");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+
+    proxy.pass_through();
+    wait_until("the retry landed the data", async || {
+        garage.try_get_object("faulty", "precious").await.as_deref() == Some(b"do not lose me")
+    })
+    .await;
+    file.sync_all()
+        .expect("once reported and since landed: no error again");
+    drop(file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_flush_on_close_a_failing_store_fails_the_close_and_keeps_the_data() {
+    let garage = Garage::start();
+    garage.create_bucket("close-fails");
+    let proxy = FaultProxy::in_front_of(&garage);
+    let backend = format!(
+        "{}      retry_base_delay: 5\n      retry_max_delay: 20\n    readonly: false\n    flush_on_close: true\n",
+        proxy.s3_backend_yaml("data", "close-fails", "", &garage)
+    );
+    let m = MsfsMount::start(&config_yaml_with("", &[backend]), "yaml").expect("mount");
+    let path = m.path().join("data/f");
+    proxy.set(
+        FaultPlan::always(Fault::service_unavailable()).only(Match::any().op(S3Op::PutObject)),
+    );
+    let mut file = std::fs::File::create(&path).expect("create");
+    file.write_all(b"kept").expect("write");
+    // close(2) reports flush errors; std drops them, so flush through the descriptor.
+    let fd = std::os::fd::IntoRawFd::into_raw_fd(file);
+    // SAFETY: `fd` was just taken from a File that no longer owns it.
+    let rc = unsafe { libc::close(fd) };
+    assert_eq!(rc, -1, "close reports the failed commit");
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EIO)
+    );
+    proxy.pass_through();
+    wait_until("the background retry landed the data", async || {
+        garage.try_get_object("close-fails", "f").await.as_deref() == Some(b"kept")
+    })
+    .await;
+}

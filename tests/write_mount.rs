@@ -468,3 +468,25 @@ async fn read_only_backends_still_refuse_writes_beside_writable_ones() {
     assert_eq!(err.raw_os_error(), Some(libc::EROFS));
     eventually_stored(&garage, "rw-data", "new", b"ok").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promoted_writes_are_read_back_without_a_download() {
+    let garage = Garage::start();
+    garage.create_bucket("promote");
+    let config = writable_config(
+        &garage,
+        "promote",
+        &format!("write_cache_promotion: true\ncache_line_size: {MIB}\ncache_lines: 32\n"),
+        "    flush_on_close: true\n",
+    );
+    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let body = pattern(3 * MIB + 5, 21);
+    std::fs::write(m.path().join("data/p.bin"), &body).expect("write");
+    let before = garage.s3_requests("GetObject");
+    assert!(common::read_direct(&m.path().join("data/p.bin")) == body);
+    assert_eq!(
+        garage.s3_requests("GetObject") - before,
+        0,
+        "served from the bytes admitted at commit"
+    );
+}

@@ -114,7 +114,9 @@ pub(super) async fn commit_once(
     };
     tracing::debug!(backend = %target.backend, key = %target.key, size = snapshot.size,
         elapsed = ?started.elapsed(), "committed");
-    rebase(inner, file, &snapshot, committed, body);
+    if let Some(promotion) = rebase(inner, file, &snapshot, committed, body) {
+        promotion.admit().await;
+    }
     Ok(())
 }
 
@@ -127,7 +129,7 @@ fn rebase(
     snapshot: &Snapshot,
     committed: ObjectVersion,
     body: Option<Bytes>,
-) {
+) -> Option<Promotion> {
     let target = &file.target;
     if let Some(cache) = &inner.cache {
         // Lines of the replaced version can never be read again (they are keyed by its ETag).
@@ -155,12 +157,38 @@ fn rebase(
     };
     inner.budget.release(released);
     inner.metrics.add_dirty_bytes(-(released as i64));
-    if let (true, true, Some(cache), Some(body)) = (clean, inner.config.promote, &inner.cache, body)
-    {
-        let cache = Arc::clone(cache);
-        let store_id = target.store.id().to_string();
+    match (clean, inner.config.promote, &inner.cache, body) {
+        (true, true, Some(cache), Some(body)) => Some(Promotion {
+            cache: Arc::clone(cache),
+            store_id: target.store.id().to_string(),
+            committed,
+            body,
+        }),
+        _ => None,
+    }
+}
+
+/// Committed bytes to admit into the read cache (`write_cache_promotion`).
+struct Promotion {
+    cache: Arc<crate::cache::LineCache>,
+    store_id: String,
+    committed: ObjectVersion,
+    body: Bytes,
+}
+
+impl Promotion {
+    /// Admits the bytes; done before the commit returns, so a read right after a close with
+    /// `flush_on_close` (or an fsync) finds them. A failure only costs a later fetch.
+    async fn admit(self) {
         // Admission copies into the cache's storage: off the async runtime.
-        tokio::task::spawn_blocking(move || cache.admit(&store_id, &committed, 0, &body));
+        let admitted = tokio::task::spawn_blocking(move || {
+            self.cache
+                .admit(&self.store_id, &self.committed, 0, &self.body)
+        })
+        .await;
+        if let Err(e) = admitted {
+            tracing::debug!(error = %e, "promoting written bytes into the cache failed");
+        }
     }
 }
 
@@ -368,10 +396,11 @@ pub(super) fn abort_in_background(target: &Target, upload_id: String) {
     });
 }
 
-/// After a write of `start..end`: if the file is large and the write went past the end of a
-/// grid part, uploads the parts it finished on their own tasks, so a large file's upload is
-/// mostly done when it is closed. Waits only for a slot to start them (backpressure on writers
-/// that outrun the store).
+/// After a write of `start..end`: if the file is large, written by appending, and the write
+/// went past the end of a grid part, uploads the parts it finished on their own tasks, so a
+/// large file's upload is mostly done when it is closed. (Random writers are left to the
+/// commit, which copies what they did not change.) Waits only for a slot to start them
+/// (backpressure on writers that outrun the store).
 pub(super) async fn stream_finished_parts(
     inner: &Arc<Inner>,
     file: &Arc<DirtyFile>,
@@ -379,23 +408,28 @@ pub(super) async fn stream_finished_parts(
     end: u64,
 ) {
     let threshold = inner.config.multipart_threshold;
-    let part_size = {
+    let (part_size, started) = {
         let state = file.state();
-        if state.size < threshold || state.deleted || state.committing {
+        if state.size < threshold || state.deleted || state.committing || !state.appending {
             return;
         }
         match &state.upload {
-            Some(upload) => upload.part_size,
+            Some(upload) => (upload.part_size, true),
             // Sized for a file of the threshold's size: the grid must be fixed before the final
             // size is known; `ensure_upload` starts over in the rare file it is too small for.
-            None => plan::part_size_for(threshold),
+            None => (plan::part_size_for(threshold), false),
         }
     };
     if end / part_size == start / part_size && !end.is_multiple_of(part_size) {
         return; // still inside one part
     }
     let finished_before = end / part_size; // parts [0, finished_before) lie below `end`
-    let first = (start / part_size).saturating_sub(1);
+    // The first time, every part written so far; then the ones this write finished.
+    let first = if started {
+        (start / part_size).saturating_sub(1)
+    } else {
+        0
+    };
     for index in first..finished_before {
         let range = plan::part_range(index, part_size, u64::MAX);
         {

@@ -81,6 +81,10 @@ pub(super) struct State {
     /// A multipart commit is sending parts: nothing is streamed meanwhile, so no early upload
     /// of a part can overtake the commit's own.
     pub committing: bool,
+    /// Where the last write ended, and whether it started where the one before ended: only an
+    /// appending writer has its finished parts streamed ahead of the commit.
+    pub last_write_end: u64,
+    pub appending: bool,
 }
 
 /// The part of the state that says where each byte comes from.
@@ -106,6 +110,8 @@ impl State {
     /// Records a change to `range` (already in the spill file): marks it dirty, grows the size,
     /// and returns how many bytes became dirty that were not before.
     pub fn record_write(&mut self, range: Range<u64>) -> u64 {
+        self.appending = range.start == self.last_write_end;
+        self.last_write_end = range.end;
         self.generation += 1;
         self.size = self.size.max(range.end);
         self.mtime = SystemTime::now();
@@ -196,6 +202,8 @@ impl DirtyFile {
                 part_changed: HashMap::new(),
                 streaming: Vec::new(),
                 committing: false,
+                last_write_end: 0,
+                appending: false,
             }),
             commit_lock: tokio::sync::Mutex::new(()),
             upload_lock: tokio::sync::Mutex::new(()),

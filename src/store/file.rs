@@ -14,12 +14,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, StoreError};
+use super::{
+    CompletedPart, ListPage, ObjectMeta, ObjectStore, PendingUpload, PutResult, Result, StoreError,
+};
 
 /// Multipart uploads are staged here, under the root so that completing one is a rename within
 /// one filesystem. Listings never show it.
 const STAGING_DIR: &str = ".msfs-multipart";
 const DEFAULT_PAGE: usize = 1000;
+/// In each upload's staging directory: the key the upload is for.
+const UPLOAD_KEY_FILE: &str = "key";
 
 #[derive(Debug)]
 pub struct FileStore {
@@ -344,8 +348,11 @@ impl ObjectStore for FileStore {
             self.next_upload.fetch_add(1, Ordering::Relaxed)
         );
         let dir = self.staging(&id);
+        let owned = key.to_string();
         Self::blocking("create_multipart", key, move || {
-            std::fs::create_dir_all(dir)
+            std::fs::create_dir_all(&dir)?;
+            // What the upload is for, so that pending uploads can be listed by key.
+            std::fs::write(dir.join(UPLOAD_KEY_FILE), owned)
         })
         .await?;
         Ok(id)
@@ -413,6 +420,34 @@ impl ObjectStore for FileStore {
                 other => other,
             },
         )
+        .await
+    }
+
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>> {
+        let staging = self.root.join(STAGING_DIR);
+        let prefix = prefix.to_string();
+        Self::blocking("list_uploads", &prefix.clone(), move || {
+            let mut uploads = Vec::new();
+            let entries = match std::fs::read_dir(&staging) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(uploads),
+                other => other?,
+            };
+            for entry in entries {
+                let entry = entry?;
+                let Ok(key) = std::fs::read_to_string(entry.path().join(UPLOAD_KEY_FILE)) else {
+                    continue; // not (or no longer) an upload
+                };
+                if key.starts_with(&prefix) {
+                    uploads.push(PendingUpload {
+                        key,
+                        upload_id: entry.file_name().to_string_lossy().into_owned(),
+                        initiated: entry.metadata()?.modified()?,
+                    });
+                }
+            }
+            uploads.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(uploads)
+        })
         .await
     }
 

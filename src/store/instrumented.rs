@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, StoreError,
+    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PendingUpload, PutResult, Result,
+    StoreError,
 };
 use crate::telemetry::Metrics;
 
@@ -181,6 +182,11 @@ impl ObjectStore for InstrumentedStore {
             self.inner.abort_multipart(key, upload_id),
         )
         .await
+    }
+
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>> {
+        self.timed("list_uploads", prefix, self.inner.list_uploads(prefix))
+            .await
     }
 
     async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult> {

@@ -62,6 +62,14 @@ pub struct CompletedPart {
     pub etag: String,
 }
 
+/// A multipart upload started and neither completed nor aborted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingUpload {
+    pub key: String,
+    pub upload_id: String,
+    pub initiated: SystemTime,
+}
+
 /// Result of a write that created a new version of an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutResult {
@@ -144,6 +152,9 @@ pub trait ObjectStore: Send + Sync + Debug {
     ) -> Result<PutResult>;
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()>;
+
+    /// Every multipart upload in progress under `prefix` (all pages).
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>>;
 
     async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult>;
 

@@ -15,8 +15,8 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, ObjectIdentifier};
 use bytes::Bytes;
 
 use super::{
-    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PutResult, Result, RetryPolicy,
-    StoreError,
+    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PendingUpload, PutResult, Result,
+    RetryPolicy, StoreError,
 };
 
 /// S3 caps one DeleteObjects request at this many keys.
@@ -490,6 +490,47 @@ impl ObjectStore for S3Store {
             })
             .await?;
         Ok(())
+    }
+
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>> {
+        let mut uploads = Vec::new();
+        let mut markers: (Option<String>, Option<String>) = (None, None);
+        loop {
+            let out = self
+                .retry
+                .run("list_uploads", prefix, || async {
+                    self.client
+                        .list_multipart_uploads()
+                        .bucket(&self.bucket)
+                        .prefix(prefix)
+                        .set_key_marker(markers.0.clone())
+                        .set_upload_id_marker(markers.1.clone())
+                        .send()
+                        .await
+                        .map_err(|e| self.classify("list_uploads", prefix, e))
+                })
+                .await?;
+            for upload in out.uploads() {
+                if let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) {
+                    uploads.push(PendingUpload {
+                        key: key.to_string(),
+                        upload_id: id.to_string(),
+                        initiated: to_system_time(upload.initiated()),
+                    });
+                }
+            }
+            if !out.is_truncated().unwrap_or(false) {
+                return Ok(uploads);
+            }
+            let next = (
+                out.next_key_marker().map(str::to_string),
+                out.next_upload_id_marker().map(str::to_string),
+            );
+            if next.0.is_none() || next == markers {
+                return Ok(uploads); // a server that says "truncated" without a way on
+            }
+            markers = next;
+        }
     }
 
     async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult> {

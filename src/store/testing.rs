@@ -11,8 +11,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{
-    ChunkSink, CompletedPart, FileStore, ListPage, ObjectMeta, ObjectStore, PutResult,
-    Result as StoreResult, StoreError,
+    ChunkSink, CompletedPart, FileStore, ListPage, ObjectMeta, ObjectStore, PendingUpload,
+    PutResult, Result as StoreResult, StoreError,
 };
 
 /// A store that forwards to a [`FileStore`], counts every call by operation, records every
@@ -234,6 +234,11 @@ impl ObjectStore for TestStore {
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
         self.count("abort_multipart");
         self.inner.abort_multipart(key, upload_id).await
+    }
+
+    async fn list_uploads(&self, prefix: &str) -> StoreResult<Vec<PendingUpload>> {
+        self.count("list_uploads");
+        self.inner.list_uploads(prefix).await
     }
 
     async fn copy(&self, source_key: &str, dest_key: &str) -> StoreResult<PutResult> {

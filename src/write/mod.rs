@@ -12,6 +12,7 @@
 //! commits to drain (and starts its own file's) rather than failing.
 
 mod budget;
+mod cleanup;
 mod commit;
 mod copy;
 mod error;
@@ -31,6 +32,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
+pub use cleanup::abort_stale_uploads;
 pub use copy::copy_object;
 pub use error::WriteError;
 pub use extents::Extents;

@@ -122,6 +122,10 @@ pub struct Fs {
     /// Recent full listings, which answer lookups without another request.
     listings: Mutex<HashMap<u64, DirSnapshot>>,
     negative: Mutex<HashMap<(u64, String), Instant>>,
+    /// Objects this mount wrote recently, by (store id, key), with when it last saw them being
+    /// written: metadata of theirs from a listing snapshot may predate the commit, so opens ask
+    /// the store until the TTL has passed since.
+    written: Mutex<HashMap<(String, String), Instant>>,
     /// Objects unlinked while open: hidden from lookups and listings, deleted at the last close.
     unlinked: Mutex<HashMap<(String, String), Unlinked>>,
     files: Mutex<HashMap<u64, Arc<FileHandle>>>,
@@ -147,6 +151,7 @@ impl Fs {
             inodes: Mutex::new(InodeTable::new()),
             listings: Mutex::new(HashMap::new()),
             negative: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
             unlinked: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
@@ -342,11 +347,9 @@ impl Fs {
             return Ok(node);
         };
         let settings = backend.settings();
-        if let Some(file) = self
-            .engines
-            .writes
-            .find(settings.store.id(), &settings.key_of(&node.path))
-        {
+        let key = settings.key_of(&node.path);
+        if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
+            self.note_written(settings.store.id(), &key);
             let mut inodes = lock(&self.inodes);
             let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
             node.kind = pending_kind(file.meta());
@@ -355,7 +358,8 @@ impl Fs {
         }
         // An empty ETag marks metadata last seen in the write engine, which has let go of the
         // file since (its commit landed): only the store knows the object's version now.
-        let from_writes = node.file().is_some_and(|meta| meta.etag.is_empty());
+        let from_writes = node.file().is_some_and(|meta| meta.etag.is_empty())
+            || self.recently_written(settings.store.id(), &key);
         if !from_writes && node.refreshed.elapsed() < self.options.ttl {
             return Ok(node);
         }
@@ -398,15 +402,8 @@ impl Fs {
                 backend: backend.dir_name.clone(),
                 key,
             };
-            // An empty ETag marks a file known only to the write engine: no base object.
-            let base = (!meta.etag.is_empty()).then(|| version.clone());
-            let file = writes.open(target, base);
-            // From now on the write engine knows this file's content, not the store or the
-            // parent's listing snapshot.
-            if let Some(node) = lock(&self.inodes).get_mut(ino) {
-                node.kind = pending_kind(file.meta());
-            }
-            lock(&self.listings).remove(&node.parent);
+            let file = self.open_for_write(backend, target).await?;
+            self.began_writing(&node, &file);
             if mode.truncate
                 && let Err(e) = writes.truncate(&file, 0)
             {
@@ -435,6 +432,54 @@ impl Fs {
             flush_on_close: settings.flush_on_close,
         };
         Ok((self.add_handle(handle), keep_cache))
+    }
+
+    /// A write handle on `target`: the file already being written there, or a new one over the
+    /// object as the store has it now. (Never over cached metadata: a version committed since
+    /// would be overwritten with stale bytes.)
+    async fn open_for_write(&self, backend: &Backend, target: Target) -> Result<Arc<DirtyFile>> {
+        let writes = &self.engines.writes;
+        if let Some(file) = writes.join(target.store.id(), &target.key) {
+            return Ok(file);
+        }
+        let head = target
+            .store
+            .head(&target.key)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
+        // Gone from the store (deleted behind the mount's back): writing creates it again.
+        let base = head.map(|meta| ObjectVersion {
+            key: meta.key,
+            etag: meta.etag,
+            size: meta.size,
+        });
+        Ok(writes.open(target, base))
+    }
+
+    /// From now on the write engine knows `node`'s content, not the store, the node's cached
+    /// metadata or the parent's listing snapshot: after the commit lands, the next open asks
+    /// the store for the new version.
+    fn began_writing(&self, node: &Node, file: &DirtyFile) {
+        self.note_written(file.target.store.id(), &file.target.key);
+        if let Some(node) = lock(&self.inodes).get_mut(node.ino) {
+            node.kind = pending_kind(file.meta());
+        }
+        lock(&self.listings).remove(&node.parent);
+    }
+
+    fn note_written(&self, store_id: &str, key: &str) {
+        let mut written = lock(&self.written);
+        let ttl = self.options.ttl;
+        if written.len() >= NEGATIVE_CACHE_LIMIT {
+            written.retain(|_, at| at.elapsed() < ttl);
+        }
+        written.insert((store_id.to_string(), key.to_string()), Instant::now());
+    }
+
+    fn recently_written(&self, store_id: &str, key: &str) -> bool {
+        lock(&self.written)
+            .get(&(store_id.to_string(), key.to_string()))
+            .is_some_and(|at| at.elapsed() < self.options.ttl)
     }
 
     fn add_handle(&self, handle: FileHandle) -> u64 {
@@ -555,10 +600,16 @@ impl Fs {
         path: &str,
     ) -> Result<Arc<BTreeMap<String, ChildKind>>> {
         let settings = backend.settings();
+        // Files being written before the LIST are marked too: one committed (and let go by the
+        // write engine) while the LIST ran may be listed with its old version.
+        let before = self
+            .engines
+            .writes
+            .files_in(settings.store.id(), &settings.dir_prefix_of(path));
         let mut children = listing::list_dir(&settings, path)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
-        self.overlay_writes(&settings, path, &mut children);
+        self.overlay_writes(&settings, path, before, &mut children);
         let children = Arc::new(children);
         lock(&self.listings).insert(
             ino,
@@ -576,11 +627,13 @@ impl Fs {
         &self,
         settings: &BackendSettings,
         path: &str,
+        before: Vec<(String, DirtyMeta)>,
         children: &mut BTreeMap<String, ChildKind>,
     ) {
         let store_id = settings.store.id();
         let prefix = settings.dir_prefix_of(path);
-        for (name, file) in self.engines.writes.files_in(store_id, &prefix) {
+        let now = self.engines.writes.files_in(store_id, &prefix);
+        for (name, file) in before.into_iter().chain(now) {
             if !matches!(children.get(&name), Some(ChildKind::Dir)) {
                 children.insert(name, pending_kind(file));
             }
@@ -712,5 +765,7 @@ fn pending_kind(meta: DirtyMeta) -> ChildKind {
     })
 }
 
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod tests;

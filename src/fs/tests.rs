@@ -3,10 +3,10 @@
 use super::*;
 use crate::store::FileStore;
 
-struct Fixture {
-    dir: tempfile::TempDir,
+pub(super) struct Fixture {
+    pub dir: tempfile::TempDir,
     _spill: tempfile::TempDir,
-    fs: Fs,
+    pub fs: Fs,
 }
 
 fn fixture(files: &[(&str, &[u8])]) -> Fixture {
@@ -14,7 +14,7 @@ fn fixture(files: &[(&str, &[u8])]) -> Fixture {
 }
 
 /// A fixture over `files`, writable or not, committing by multipart from `threshold` bytes.
-fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u64) -> Fixture {
+pub(super) fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u64) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     for (key, body) in files {
         let path = dir.path().join(key);

@@ -92,7 +92,8 @@ impl Fs {
             backend: dir.backend.dir_name.clone(),
             key: key.clone(),
         };
-        let file = self.engines.writes.create(target);
+        let file = self.engines.writes.create(target).await;
+        self.note_written(file.target.store.id(), &key);
         let kind = pending_kind(file.meta());
         let node = lock(&self.inodes).lookup(parent, name, dir.backend.clone(), path, kind);
         self.invalidate_entry(parent, name);
@@ -176,8 +177,8 @@ impl Fs {
             }
         }
         // truncate(2) on a path: open, resize and close, committing as a close would.
-        let node = self.refreshed(ino).await?;
-        let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
+        let node = self.node(ino)?;
+        let (Some(backend), Some(_)) = (&node.backend, node.file()) else {
             return Err(FsError::IsADirectory);
         };
         let settings = backend.settings();
@@ -186,18 +187,13 @@ impl Fs {
                 backend: backend.dir_name.clone(),
             });
         }
-        let key = settings.key_of(&node.path);
-        let base = (!meta.etag.is_empty()).then(|| ObjectVersion {
-            key: key.clone(),
-            etag: meta.etag.clone(),
-            size: meta.size,
-        });
         let target = Target {
             store: settings.store.clone(),
             backend: backend.dir_name.clone(),
-            key,
+            key: settings.key_of(&node.path),
         };
-        let file = writes.open(target, base);
+        let file = self.open_for_write(backend, target).await?;
+        self.began_writing(&node, &file);
         let result = match writes.truncate(&file, size) {
             Ok(()) if settings.flush_on_close => writes.commit(&file).await.map_err(FsError::from),
             Ok(()) => {
@@ -218,7 +214,7 @@ impl Fs {
         }
         let key = dir.settings.key_of(&path);
         let store = &dir.settings.store;
-        self.engines.writes.forget(store.id(), &key);
+        self.engines.writes.forget(store.id(), &key).await;
         let ino = lock(&self.inodes).child(parent, name);
         let open = ino.is_some_and(|ino| lock(&self.files).values().any(|h| h.ino == ino));
         match ino {
@@ -352,6 +348,9 @@ impl Fs {
         if path == new_path {
             return Ok(());
         }
+        if new_path.starts_with(&format!("{path}/")) {
+            return Err(FsError::Invalid("a directory cannot move into itself"));
+        }
         let existing = match self.resolve(&to.node, to.backend.clone(), new_name).await {
             Ok((_, _, kind)) => Some(kind),
             Err(FsError::NotFound) => None,
@@ -439,11 +438,13 @@ impl Fs {
             .map_err(|e| Self::store_error(backend, e))?
             .ok_or(FsError::NotFound)?
             .size;
+        // Whatever was being written at the destination is replaced: dropped, and any commit
+        // of it finished, before the copy, so that it cannot land on top of the copy.
+        writes.forget(store.id(), &new_key).await;
         crate::write::copy_object(store.as_ref(), &key, &new_key, size)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
-        writes.forget(store.id(), &new_key);
-        writes.forget(store.id(), &key);
+        writes.forget(store.id(), &key).await;
         store
             .delete(&key)
             .await

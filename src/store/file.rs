@@ -22,6 +22,8 @@ use super::{
 /// one filesystem. Listings never show it.
 const STAGING_DIR: &str = ".msfs-multipart";
 const DEFAULT_PAGE: usize = 1000;
+/// Ends the names of objects being written; listings never show them.
+const TMP_SUFFIX: &str = ".msfs-tmp";
 /// In each upload's staging directory: the key the upload is for.
 const UPLOAD_KEY_FILE: &str = "key";
 
@@ -160,7 +162,7 @@ fn collect_entries(root: &Path, prefix: &str, delimited: bool) -> io::Result<Vec
             let Ok(name) = entry.file_name().into_string() else {
                 continue; // not valid UTF-8: cannot be an S3 key
             };
-            if dir_key.is_empty() && name == STAGING_DIR {
+            if (dir_key.is_empty() && name == STAGING_DIR) || name.ends_with(TMP_SUFFIX) {
                 continue;
             }
             let key = format!("{dir_key}{name}");
@@ -217,11 +219,15 @@ fn write_atomically(dest: &Path, body: &[u8]) -> io::Result<std::fs::Metadata> {
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent)?;
     }
+    // Unique per write, so concurrent writes of one key never share a temporary file.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let tmp = dest.with_file_name(format!(
-        ".{}.msfs-tmp",
+        ".{}.{}-{}{TMP_SUFFIX}",
         dest.file_name()
             .and_then(|n| n.to_str())
-            .unwrap_or("object")
+            .unwrap_or("object"),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&tmp, body)?;
     std::fs::rename(&tmp, dest)?;

@@ -148,7 +148,11 @@ fn rebase(
         let clean = !state.is_dirty();
         let released = if clean {
             state.dirty = Extents::new();
-            state.spill = None;
+            // A write between putting its bytes in the spill file and recording them still
+            // needs the file.
+            if state.writers == 0 {
+                state.spill = None;
+            }
             std::mem::take(&mut state.budgeted)
         } else {
             0

@@ -57,6 +57,8 @@ pub(super) struct State {
     pub base_len: u64,
     pub dirty: Extents,
     pub spill: Option<Arc<File>>,
+    /// Writes putting bytes into `spill` that have not recorded them yet.
+    pub writers: usize,
     /// Bumped by every change of content.
     pub generation: u64,
     /// The generation the store holds.
@@ -190,6 +192,7 @@ impl DirtyFile {
                 base,
                 dirty: Extents::new(),
                 spill: None,
+                writers: 0,
                 generation: 0,
                 committed,
                 low_water: size,

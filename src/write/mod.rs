@@ -40,6 +40,7 @@ pub use file::{DirtyFile, DirtyMeta, Target};
 
 use crate::cache::{LineCache, ObjectReader, ObjectVersion};
 use crate::private_dir::PrivateDir;
+use crate::store::StoreError;
 use crate::telemetry::Metrics;
 use budget::Budget;
 use file::View;
@@ -156,6 +157,14 @@ impl WriteEngine {
             .collect()
     }
 
+    /// Opens a handle on the file being written at `key`, if there is one.
+    pub fn join(&self, store_id: &str, key: &str) -> Option<Arc<DirtyFile>> {
+        let files = self.inner.files();
+        let file = files.get(&(store_id.to_string(), key.to_string()))?;
+        file.state().handles += 1;
+        Some(Arc::clone(file))
+    }
+
     /// Opens `target` for writing as a handle: joins the file already being written there, or
     /// starts one over `base` (the object as it is now; `None` if there is none).
     pub fn open(&self, target: Target, base: Option<ObjectVersion>) -> Arc<DirtyFile> {
@@ -173,8 +182,8 @@ impl WriteEngine {
     }
 
     /// Creates `target` as a new, empty file (replacing whatever was being written there).
-    pub fn create(&self, target: Target) -> Arc<DirtyFile> {
-        self.forget(target.store.id(), &target.key);
+    pub async fn create(&self, target: Target) -> Arc<DirtyFile> {
+        self.forget(target.store.id(), &target.key).await;
         self.open(target, None)
     }
 
@@ -187,24 +196,30 @@ impl WriteEngine {
         self.inner.let_go_if_done(file);
     }
 
-    /// The object at `key` was deleted or renamed away: whatever was being written there is
-    /// dropped (an upload in progress is aborted) and never committed.
-    pub fn forget(&self, store_id: &str, key: &str) {
+    /// The object at `key` was deleted, renamed away or is being replaced: whatever was being
+    /// written there is dropped (an upload in progress is aborted) and never committed. Returns
+    /// once no commit of it is running, so that a commit already sending bytes cannot land
+    /// after the caller's delete or new version and resurrect the old content.
+    pub async fn forget(&self, store_id: &str, key: &str) {
         let removed = self
             .inner
             .files()
             .remove(&(store_id.to_string(), key.to_string()));
-        if let Some(file) = removed {
-            let (upload, budgeted) = {
-                let mut state = file.state();
-                state.deleted = true;
-                (state.upload.take(), std::mem::take(&mut state.budgeted))
-            };
-            self.inner.budget.release(budgeted);
-            self.inner.metrics.add_dirty_bytes(-(budgeted as i64));
-            if let Some(upload) = upload {
-                commit::abort_in_background(&file.target, upload.id);
-            }
+        let Some(file) = removed else {
+            return;
+        };
+        let budgeted = {
+            let mut state = file.state();
+            state.deleted = true;
+            std::mem::take(&mut state.budgeted)
+        };
+        self.inner.budget.release(budgeted);
+        self.inner.metrics.add_dirty_bytes(-(budgeted as i64));
+        // A commit checks `deleted` when it starts; wait out one that started before.
+        let _no_commit_running = file.commit_lock.lock().await;
+        let upload = file.state().upload.take();
+        if let Some(upload) = upload {
+            commit::abort_in_background(&file.target, upload.id);
         }
     }
 
@@ -231,12 +246,15 @@ impl WriteEngine {
             }
         };
         // Bytes first, record second (see `file`'s module doc).
-        if let Err(source) = spill.write_all_at(data, offset) {
-            self.inner.budget.release(len);
-            return Err(WriteError::Spill { source });
-        }
+        let written = spill.write_all_at(data, offset);
         let fresh = {
             let mut state = file.state();
+            state.writers -= 1;
+            if let Err(source) = written {
+                drop(state);
+                self.inner.budget.release(len);
+                return Err(WriteError::Spill { source });
+            }
             let fresh = state.record_write(offset..end);
             state.budgeted += fresh;
             fresh
@@ -263,6 +281,29 @@ impl WriteEngine {
 
     /// Bytes `range` of the file as it is now (clamped to its size).
     pub async fn read(
+        &self,
+        file: &Arc<DirtyFile>,
+        range: Range<u64>,
+        sequential: bool,
+    ) -> Result<Bytes, WriteError> {
+        let mut attempt = 0;
+        loop {
+            match self.read_once(file, range.clone(), sequential).await {
+                // A commit replaced the base object between planning and reading: once it has
+                // finished (and made its object the base), the new base holds the same bytes for
+                // every range not dirty, so planning again is enough.
+                Err(WriteError::Store { source, .. })
+                    if matches!(source.root(), StoreError::Changed { .. }) && attempt < 3 =>
+                {
+                    attempt += 1;
+                    drop(file.commit_lock.lock().await);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn read_once(
         &self,
         file: &Arc<DirtyFile>,
         range: Range<u64>,
@@ -436,12 +477,14 @@ impl Inner {
         self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The file's spill file, created on first use: created and at once unlinked, so it lives
-    /// exactly as long as the file needs it, crash or not.
+    /// The file's spill file for a write about to put bytes in it (counted in `writers` until
+    /// it records them, so that a commit landing meanwhile keeps the file). Created on first
+    /// use, and at once unlinked, so it lives exactly as long as the file needs it, crash or not.
     fn spill_of(&self, file: &DirtyFile) -> Result<Arc<File>, WriteError> {
         let mut state = file.state();
-        if let Some(spill) = &state.spill {
-            return Ok(Arc::clone(spill));
+        if let Some(spill) = state.spill.clone() {
+            state.writers += 1;
+            return Ok(spill);
         }
         let path = self.spill_dir.path().join(format!("file-{}", file.serial));
         let spill = File::options()
@@ -453,6 +496,7 @@ impl Inner {
         let _ = std::fs::remove_file(&path);
         let spill = Arc::new(spill);
         state.spill = Some(Arc::clone(&spill));
+        state.writers += 1;
         Ok(spill)
     }
 

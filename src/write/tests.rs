@@ -99,7 +99,7 @@ use crate::telemetry::Metrics;
 #[tokio::test]
 async fn a_small_file_is_committed_with_one_put() {
     let f = fixture(64 * MIB, 1 << 30);
-    let file = f.engine.create(f.target("small"));
+    let file = f.engine.create(f.target("small")).await;
     f.engine.write(&file, 0, b"hello ").await.expect("write");
     f.engine.write(&file, 6, b"world").await.expect("write");
     assert_eq!(f.read_all(&file).await, b"hello world", "reads see writes");
@@ -120,7 +120,7 @@ async fn a_small_file_is_committed_with_one_put() {
 #[tokio::test]
 async fn an_empty_new_file_becomes_an_empty_object() {
     let f = fixture(64 * MIB, 1 << 30);
-    let file = f.engine.create(f.target("empty"));
+    let file = f.engine.create(f.target("empty")).await;
     f.engine.commit(&file).await.expect("commit");
     assert_eq!(f.stored("empty").as_deref(), Some(&b""[..]));
 }
@@ -132,7 +132,7 @@ async fn random_writes_and_truncates_match_a_model_across_commits_and_reopens() 
     let f = fixture(MIB, 1 << 30);
     let mut rng = Rng(0x5eed_1234_abcd_ef01);
     let mut model: Vec<u8> = Vec::new();
-    let mut file = f.engine.create(f.target("model"));
+    let mut file = f.engine.create(f.target("model")).await;
     for step in 0..400 {
         match rng.below(20) {
             0 => {
@@ -220,7 +220,7 @@ async fn a_large_sequential_write_streams_its_parts_before_the_commit() {
     let f = fixture(8 * MIB, 1 << 30);
     let mut rng = Rng(99);
     let body = rng.bytes((40 * MIB) as usize);
-    let file = f.engine.create(f.target("stream"));
+    let file = f.engine.create(f.target("stream")).await;
     for (i, chunk) in body.chunks(MIB as usize).enumerate() {
         f.engine
             .write(&file, i as u64 * MIB, chunk)
@@ -253,7 +253,7 @@ async fn a_large_sequential_write_streams_its_parts_before_the_commit() {
 #[tokio::test]
 async fn a_failed_background_commit_keeps_the_data_and_is_reported_to_fsync_once() {
     let f = fixture(64 * MIB, 1 << 30);
-    let file = f.engine.create(f.target("flaky"));
+    let file = f.engine.create(f.target("flaky")).await;
     f.engine.write(&file, 0, b"precious").await.expect("write");
     f.store.fail_writes.store(true, Ordering::SeqCst);
     f.engine.commit_in_background(&file);
@@ -280,7 +280,7 @@ async fn a_failed_background_commit_keeps_the_data_and_is_reported_to_fsync_once
 #[tokio::test]
 async fn a_foreground_commit_failure_is_returned_and_retried_in_the_background() {
     let f = fixture(64 * MIB, 1 << 30);
-    let file = f.engine.create(f.target("retry"));
+    let file = f.engine.create(f.target("retry")).await;
     f.engine.write(&file, 0, b"data").await.expect("write");
     f.store.fail_writes.store(true, Ordering::SeqCst);
     assert!(f.engine.commit(&file).await.is_err());
@@ -300,7 +300,7 @@ async fn writers_past_the_dirty_bound_wait_for_commits_and_lose_nothing() {
     let f = fixture(64 * MIB, MIB);
     let mut rng = Rng(3);
     let body = rng.bytes((5 * MIB) as usize);
-    let file = f.engine.create(f.target("bounded"));
+    let file = f.engine.create(f.target("bounded")).await;
     for (i, chunk) in body.chunks(64 * 1024).enumerate() {
         f.engine
             .write(&file, i as u64 * 64 * 1024, chunk)
@@ -317,9 +317,9 @@ async fn writers_past_the_dirty_bound_wait_for_commits_and_lose_nothing() {
 #[tokio::test]
 async fn a_forgotten_file_is_never_committed() {
     let f = fixture(64 * MIB, 1 << 30);
-    let file = f.engine.create(f.target("gone"));
+    let file = f.engine.create(f.target("gone")).await;
     f.engine.write(&file, 0, b"x").await.expect("write");
-    f.engine.forget("test-store", "gone");
+    f.engine.forget("test-store", "gone").await;
     f.engine.commit(&file).await.expect("nothing to do");
     assert!(f.stored("gone").is_none());
     assert_eq!(f.engine.dirty_bytes(), 0);
@@ -329,7 +329,7 @@ async fn a_forgotten_file_is_never_committed() {
 #[tokio::test]
 async fn two_handles_share_one_file() {
     let f = fixture(64 * MIB, 1 << 30);
-    let a = f.engine.create(f.target("shared"));
+    let a = f.engine.create(f.target("shared")).await;
     let b = f.engine.open(f.target("shared"), None);
     assert!(Arc::ptr_eq(&a, &b));
     f.engine.write(&a, 0, b"aaaa").await.expect("write a");

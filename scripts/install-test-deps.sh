@@ -85,4 +85,18 @@ else
     }
     log "installed $garage_bin"
 fi
+
+# --- moto (S3 + STS server for the CSI credential tests) ----------------------
+if command -v moto_server >/dev/null 2>&1; then
+    log "moto_server already installed: $(command -v moto_server)"
+else
+    pip_cmd="$(command -v pip3 || command -v pip || true)"
+    if [[ -z "$pip_cmd" ]]; then
+        log "pip not found: install python3-pip, then pip install 'moto[server]'" >&2
+        exit 1
+    fi
+    log "pip install 'moto[server]' (STS for the CSI credential tests)"
+    # Debian's system Python refuses plain pip installs (PEP 668).
+    "$pip_cmd" install 'moto[server]' || "$pip_cmd" install --break-system-packages 'moto[server]'
+fi
 log "done"

@@ -6,6 +6,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod csi;
 pub mod daemon;
 pub mod engines;
 pub mod fs;

@@ -56,6 +56,27 @@ enum Command {
         /// Configuration file; same search path as `mount`.
         config: Option<PathBuf>,
     },
+    /// Serve as the Kubernetes CSI node plugin: publish msfs volumes into pods, each as its own
+    /// FUSE session in this process, all sharing one cache and write engine. Stops on SIGTERM
+    /// or SIGINT, unpublishing what it serves.
+    Csi(CsiArgs),
+    /// Abort multipart uploads left behind by a killed msfs (invisible in the bucket, but stored
+    /// and billed until aborted). Uploads of live writers look the same: keep --older-than-hours
+    /// above how long any writer holds a file open. A bucket lifecycle rule
+    /// (AbortIncompleteMultipartUpload) does the same job on AWS.
+    AbortUploads {
+        /// Configuration file; same search path as `mount`.
+        config: Option<PathBuf>,
+        /// Only this backend (`dir_name`); default: every backend.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Only uploads started at least this many hours ago.
+        #[arg(long, default_value_t = 24)]
+        older_than_hours: u64,
+        /// List what would be aborted, abort nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn init_logging(format: LogFormat) {
@@ -112,6 +133,108 @@ fn check_config(config: Option<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
+fn abort_uploads(
+    config: Option<PathBuf>,
+    only: Option<String>,
+    older_than_hours: u64,
+    dry_run: bool,
+) -> Result<(), String> {
+    let config = load_config(config)?;
+    let backends: Vec<_> = config
+        .backends
+        .iter()
+        .filter(|b| only.as_ref().is_none_or(|name| *name == b.dir_name))
+        .collect();
+    if backends.is_empty() {
+        return Err(format!(
+            "{}: no backend named {}",
+            config.source.display(),
+            only.unwrap_or_default()
+        ));
+    }
+    let older_than = std::time::Duration::from_secs(older_than_hours.saturating_mul(3600));
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        for backend in backends {
+            let store = msfs::store::open_store(backend)
+                .await
+                .map_err(|e| format!("backend {}: {e}", backend.dir_name))?;
+            let uploads = msfs::write::abort_stale_uploads(
+                store.as_ref(),
+                &backend.prefix,
+                older_than,
+                dry_run,
+            )
+            .await
+            .map_err(|e| format!("backend {}: {e}", backend.dir_name))?;
+            let verb = if dry_run { "would abort" } else { "aborted" };
+            for upload in &uploads {
+                println!(
+                    "{}: {verb} {} ({})",
+                    backend.dir_name, upload.key, upload.upload_id
+                );
+            }
+            println!("{}: {} upload(s) {verb}", backend.dir_name, uploads.len());
+        }
+        Ok(())
+    })
+}
+
+#[derive(clap::Args)]
+struct CsiArgs {
+    /// The gRPC endpoint kubelet and the registrar use: unix:///ABSOLUTE/PATH. Its directory is
+    /// created; a stale socket from a previous run is replaced.
+    #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
+    endpoint: String,
+    /// This node's id, reported by NodeGetInfo (usually the Kubernetes node name).
+    #[arg(long, env = "KUBE_NODE_NAME")]
+    node_id: String,
+    /// The CSI driver name; the CSIDriver object and the registrar's path must use the same.
+    #[arg(long, env = "CSI_DRIVER_NAME", default_value = msfs::csi::DEFAULT_DRIVER_NAME)]
+    driver_name: String,
+    /// The plugin's own state (staging mounts); a hostPath so it outlives the container.
+    #[arg(long, default_value = "/var/lib/msfs-csi")]
+    state_dir: PathBuf,
+    /// Serve Prometheus /metrics and /healthz on HOST:PORT.
+    #[arg(long)]
+    metrics_address: Option<String>,
+    /// The kubelet's root directory; targets must lie under its pods/ directory.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    kubelet_dir: PathBuf,
+    /// Most volumes this node serves (reported to the scheduler); 0 means no limit.
+    #[arg(long, default_value_t = 0)]
+    max_volumes: usize,
+    /// Node-wide settings in the `msfs_version: 1` format (cache_*, write_*, fuse_workers,
+    /// opentelemetry); backends are ignored. Default: built-in defaults.
+    #[arg(env = "MSFS_CSI_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+fn csi(args: CsiArgs) -> Result<(), String> {
+    let config = match args.config {
+        Some(path) => load_config(Some(path))?,
+        None => {
+            config::parse_str(
+                "msfs_version: 1\nbackends: []\n",
+                std::path::Path::new("csi-defaults.yaml"),
+                &|_| None,
+            )
+            .map_err(|e| e.to_string())?
+            .config
+        }
+    };
+    msfs::csi::run(msfs::csi::CsiOptions {
+        endpoint: args.endpoint,
+        node_id: args.node_id,
+        driver_name: args.driver_name,
+        state_dir: args.state_dir,
+        metrics_address: args.metrics_address,
+        kubelet_dir: args.kubelet_dir,
+        max_volumes: args.max_volumes,
+        config,
+    })
+}
+
 fn main() -> ExitCode {
     let invoked_as = std::env::args().next().unwrap_or_default();
     let result = if invoked_as.ends_with("mount.msfs") {
@@ -124,6 +247,13 @@ fn main() -> ExitCode {
             None => mount(None, None),
             Some(Command::Mount { config, mountpoint }) => mount(config, mountpoint),
             Some(Command::CheckConfig { config }) => check_config(config),
+            Some(Command::Csi(args)) => csi(args),
+            Some(Command::AbortUploads {
+                config,
+                backend,
+                older_than_hours,
+                dry_run,
+            }) => abort_uploads(config, backend, older_than_hours, dry_run),
         }
     };
     match result {

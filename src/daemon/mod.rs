@@ -7,19 +7,19 @@
 pub mod helper;
 pub mod mountpoint;
 pub mod reload;
+pub mod session;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fuser::{MountOption, Session, SessionACL};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::{BackendConfig, Config};
 use crate::engines::Engines;
 use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
-use crate::fuse::FuseAdapter;
 use crate::store::{InstrumentedStore, ObjectStore, StoreError, open_store};
 use crate::telemetry::{Metrics, serve_metrics};
+use session::{MountedSession, SessionOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -78,30 +78,25 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     let writes = engines.writes.clone();
     let fs = Arc::new(Fs::new(options, engines, backends));
     let fs_for_reload = fs.clone();
-    let adapter = FuseAdapter::new(fs, runtime.handle().clone(), config.max_write);
-    let mut session =
-        Session::new(adapter, &mountpoint, &session_config(&config)).map_err(|source| {
-            DaemonError::Mount {
-                path: mountpoint.clone(),
-                source,
-            }
-        })?;
-    let mut unmounter = session.unmount_callable();
+    let mut session = MountedSession::start(
+        fs,
+        runtime.handle().clone(),
+        &mountpoint,
+        &session_options(&config),
+    )
+    .map_err(|source| DaemonError::Mount {
+        path: mountpoint.clone(),
+        source,
+    })?;
     let mut reloader = reload::Reloader::new(
         config.clone(),
         fs_for_reload,
         metrics.clone(),
         session.notifier(),
     );
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let serving = std::thread::Builder::new()
-        .name("fuse-session".into())
-        .spawn(move || {
-            let result = session.run();
-            let _ = done_tx.send(());
-            result
-        })
-        .map_err(DaemonError::Runtime)?;
+    let done_rx = session
+        .take_done()
+        .ok_or_else(|| DaemonError::Mountpoint("FUSE session lost its completion signal".into()))?;
     tracing::info!(
         mountpoint = %mountpoint.display(),
         backends = backend_count,
@@ -111,20 +106,12 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     let stop = runtime.block_on(wait_for_stop(done_rx, &mut reloader));
     if let Some(signal) = stop {
         tracing::info!(signal, "unmounting");
-        if let Err(e) = unmounter.unmount() {
-            // Busy (a process still has files open): detach now, finish when released.
-            tracing::warn!(error = %e, "unmount failed; detaching lazily");
-            mountpoint::detach(&mountpoint).map_err(|source| DaemonError::Mount {
-                path: mountpoint.clone(),
-                source,
-            })?;
-        }
+        session.unmount().map_err(|source| DaemonError::Mount {
+            path: mountpoint.clone(),
+            source,
+        })?;
     }
-    match serving.join() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "FUSE session ended with an error"),
-        Err(_) => tracing::error!("FUSE session thread panicked"),
-    }
+    session.join();
     // Files closed without flush_on_close may still be committing: land them before exiting.
     for (target, error) in runtime.block_on(writes.drain()) {
         tracing::error!(backend = %target.backend, key = %target.key, error = %error,
@@ -140,7 +127,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
 
 /// Opens every backend's store and checks, with one small LIST, that it answers with the
 /// configured credentials. All backends are checked concurrently.
-async fn open_backends(
+pub(crate) async fn open_backends(
     configs: &[BackendConfig],
     metrics: &Arc<Metrics>,
 ) -> Result<Vec<Arc<Backend>>, DaemonError> {
@@ -188,30 +175,14 @@ pub(crate) async fn open_store_checked(
     Ok(store)
 }
 
-fn session_config(config: &Config) -> fuser::Config {
-    let mut session = fuser::Config::default();
-    session.mount_options = vec![
-        MountOption::FSName(config.mountname.clone()),
-        MountOption::Subtype("msfs".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoAtime,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-        // Read-write even when every backend is read-only: a reload may add a writable one.
-        // Read-only backends answer EROFS themselves.
-        MountOption::RW,
-    ];
-    session.acl = if config.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    let workers = match config.fuse_workers {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
-    session.n_threads = Some(workers.max(2));
-    session
+fn session_options(config: &Config) -> SessionOptions {
+    SessionOptions {
+        name: config.mountname.clone(),
+        allow_other: config.allow_other,
+        workers: config.fuse_workers,
+        read_only: false,
+        max_write: config.max_write,
+    }
 }
 
 /// Serves reloads until the FUSE session ends on its own (external `umount`) or a stop signal

@@ -5,6 +5,7 @@
 //! Each test file declares `mod common;` and uses what it needs.
 #![allow(dead_code, unused_imports)]
 
+pub mod csi;
 pub mod fault_proxy;
 pub mod garage;
 pub mod mount;

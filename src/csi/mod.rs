@@ -1,0 +1,189 @@
+//! The Kubernetes CSI node plugin (`msfs csi`): Identity, Node and a capabilities-only
+//! Controller on a unix socket.
+//!
+//! One process serves every msfs volume of its node. `NodePublishVolume` turns a volume's
+//! attributes, secrets and pod identity into validated backends and starts one in-process FUSE
+//! session at the target, on the process-wide [`Engines`] (one line cache, one write engine,
+//! one metrics registry), so volumes over the same bucket share cached lines.
+
+mod attributes;
+mod controller;
+mod credentials;
+mod error;
+mod identity;
+mod mounts;
+mod node;
+pub mod proto;
+mod request;
+mod volumes;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_stream::wrappers::UnixListenerStream;
+
+pub use error::CsiError;
+pub use identity::check_driver_name;
+
+use crate::config::Config;
+use crate::engines::Engines;
+use crate::telemetry::serve_metrics;
+use volumes::{NodeSettings, Volumes};
+
+/// The driver name when `--driver-name` is not given; the CSIDriver object must match it.
+pub const DEFAULT_DRIVER_NAME: &str = "msfs.csi.nvidia.com";
+
+/// How `msfs csi` was started.
+#[derive(Debug, Clone)]
+pub struct CsiOptions {
+    /// `unix:///csi/csi.sock` (or a plain absolute path).
+    pub endpoint: String,
+    pub node_id: String,
+    pub driver_name: String,
+    /// The plugin's own directory (staging mounts); keep it on the host for restarts.
+    pub state_dir: PathBuf,
+    /// `HOST:PORT` for `/metrics` and `/healthz`.
+    pub metrics_address: Option<String>,
+    pub kubelet_dir: PathBuf,
+    /// Reported in NodeGetInfo and enforced at publish; 0 means no limit.
+    pub max_volumes: usize,
+    /// Node-wide settings (cache, write engine, telemetry); its backends are ignored.
+    pub config: Config,
+}
+
+/// The socket path of a CSI endpoint.
+fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
+    let path = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .unwrap_or(endpoint);
+    let path = PathBuf::from(path);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "--endpoint {endpoint:?}: expected unix:///ABSOLUTE/PATH (e.g. unix:///csi/csi.sock)"
+        ))
+    }
+}
+
+/// Binds the socket, creating its directory and replacing a stale socket file from a previous
+/// run; refuses when another plugin still answers on it.
+fn bind_socket(path: &Path) -> Result<UnixListener, String> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    if std::fs::symlink_metadata(path).is_ok() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "{} is in use by a running plugin; stop it first",
+                path.display()
+            ));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| format!("cannot replace stale socket {}: {e}", path.display()))?;
+    }
+    UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+}
+
+/// Runs the plugin until SIGTERM or SIGINT; then unpublishes every volume it serves.
+pub fn run(options: CsiOptions) -> Result<(), String> {
+    check_driver_name(&options.driver_name)?;
+    if options.node_id.is_empty() {
+        return Err("--node-id must not be empty".into());
+    }
+    let socket = socket_path(&options.endpoint)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("msfs-csi")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    if !options.config.backends.is_empty() {
+        tracing::warn!(
+            "the configuration's backends are ignored by the CSI plugin; volumes come from PVs"
+        );
+    }
+    let engines = Engines::from_config(&options.config).map_err(|e| e.to_string())?;
+    let staging_dir = options.state_dir.join("staging");
+    std::fs::create_dir_all(&staging_dir)
+        .map_err(|e| format!("cannot create {}: {e}", staging_dir.display()))?;
+    let volumes = Arc::new(Volumes::new(
+        engines.clone(),
+        runtime.handle().clone(),
+        NodeSettings {
+            staging_dir,
+            fuse_workers: options.config.fuse_workers,
+            max_volumes: options.max_volumes,
+        },
+    ));
+    runtime.block_on(serve(options, socket, engines, volumes))
+}
+
+async fn serve(
+    options: CsiOptions,
+    socket: PathBuf,
+    engines: Engines,
+    volumes: Arc<Volumes>,
+) -> Result<(), String> {
+    let _metrics_server = match &options.metrics_address {
+        Some(address) => Some(serve_metrics(address, engines.metrics.clone()).await?),
+        None => None,
+    };
+    let listener = bind_socket(&socket)?;
+    let identity = identity::IdentityService {
+        driver_name: options.driver_name.clone(),
+    };
+    let node = node::NodeService {
+        node_id: options.node_id.clone(),
+        max_volumes: i64::try_from(options.max_volumes).unwrap_or(i64::MAX),
+        pods_dir: options.kubelet_dir.join("pods"),
+        volumes: volumes.clone(),
+    };
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return Err("cannot install signal handlers".into());
+    };
+    let stop = async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+    };
+    tracing::info!(socket = %socket.display(), driver = %options.driver_name,
+        node_id = %options.node_id, "CSI plugin serving");
+    let served = tonic::transport::Server::builder()
+        .add_service(proto::identity_server::IdentityServer::new(identity))
+        .add_service(proto::controller_server::ControllerServer::new(
+            controller::ControllerService,
+        ))
+        .add_service(proto::node_server::NodeServer::new(node))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
+        .await;
+    volumes.unpublish_all().await;
+    let _ = std::fs::remove_file(&socket);
+    served.map_err(|e| format!("gRPC server: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_name_an_absolute_socket() {
+        assert_eq!(
+            socket_path("unix:///csi/csi.sock").expect("path"),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert_eq!(
+            socket_path("/csi/csi.sock").expect("path"),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert!(socket_path("unix://csi.sock").is_err());
+        assert!(socket_path("tcp://127.0.0.1:1").is_err());
+    }
+}

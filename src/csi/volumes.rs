@@ -1,0 +1,424 @@
+//! The published volumes of this node: one in-process FUSE session per target, all on the
+//! process-wide engines.
+//!
+//! Calls for one volume id are serialized by a per-volume lock; calls for different volumes run
+//! concurrently. A volume whose backend is its root (one backend, no `dirName`) is mounted at a
+//! private staging directory and its backend directory bind-mounted onto the target.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use tokio::runtime::Handle;
+
+use super::credentials::Keys;
+use super::error::CsiError;
+use super::mounts;
+use super::request::PublishArgs;
+use crate::config::BackendConfig;
+use crate::daemon::mountpoint;
+use crate::daemon::session::{MountedSession, SessionOptions};
+use crate::daemon::{DaemonError, open_store_checked};
+use crate::engines::Engines;
+use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
+
+/// Temporary credentials are renewed at a republish once they have less than this left.
+const RENEW_BEFORE_EXPIRY: Duration = Duration::from_secs(15 * 60);
+/// How long the kernel may trust entries and attributes of a CSI volume.
+const ENTRY_TTL: Duration = Duration::from_secs(10);
+/// Largest write request the kernel sends.
+const MAX_WRITE: u32 = 1 << 20;
+
+/// Settings shared by every volume of the plugin.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// Where bind-mounted volumes keep their FUSE mount.
+    pub staging_dir: PathBuf,
+    /// FUSE reader threads per volume (0: one per CPU).
+    pub fuse_workers: usize,
+    /// At most this many published targets (0: no limit).
+    pub max_volumes: usize,
+}
+
+struct Published {
+    volume_id: String,
+    fingerprint: String,
+    /// Hash of the secrets and token the credentials came from (never the secrets themselves).
+    credential_source: u64,
+    expires: Option<SystemTime>,
+    configs: Vec<BackendConfig>,
+    fs: Arc<Fs>,
+    session: MountedSession,
+    /// The staging directory bind-mounted (in part) onto the target.
+    staging: Option<PathBuf>,
+}
+
+pub struct Volumes {
+    engines: Engines,
+    runtime: Handle,
+    settings: NodeSettings,
+    published: Mutex<HashMap<PathBuf, Published>>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn credential_source(secrets: &HashMap<String, String>, context: &HashMap<String, String>) -> u64 {
+    let mut pairs: Vec<(&String, &String)> = secrets.iter().collect();
+    pairs.sort();
+    let mut hasher = DefaultHasher::new();
+    pairs.hash(&mut hasher);
+    context.get(super::attributes::TOKENS_KEY).hash(&mut hasher);
+    hasher.finish()
+}
+
+fn backend_error(error: DaemonError) -> CsiError {
+    match error {
+        DaemonError::Backend { dir_name, source } => CsiError::Backend { dir_name, source },
+        other => CsiError::Internal(other.to_string()),
+    }
+}
+
+impl Volumes {
+    pub fn new(engines: Engines, runtime: Handle, settings: NodeSettings) -> Volumes {
+        Volumes {
+            engines,
+            runtime,
+            settings,
+            published: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn volume_lock(&self, volume_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.locks)
+            .entry(volume_id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    pub fn is_published(&self, target: &Path) -> bool {
+        lock(&self.published).contains_key(target)
+    }
+
+    pub fn count(&self) -> usize {
+        lock(&self.published).len()
+    }
+
+    /// Publishes `args` at its target; idempotent for identical arguments.
+    pub async fn publish(
+        &self,
+        args: PublishArgs,
+        secrets: &HashMap<String, String>,
+        context: &HashMap<String, String>,
+    ) -> Result<(), CsiError> {
+        let volume_lock = self.volume_lock(&args.volume_id);
+        let _serialized = volume_lock.lock().await;
+        let source = credential_source(secrets, context);
+        let renew = {
+            let published = lock(&self.published);
+            match published.get(&args.target) {
+                Some(existing) if existing.fingerprint != args.fingerprint => {
+                    return Err(CsiError::AlreadyExists(format!(
+                        "{} is already published (volume {}) with different arguments; \
+                         unpublish it first",
+                        args.target.display(),
+                        existing.volume_id
+                    )));
+                }
+                Some(existing) => Some(
+                    existing.credential_source != source
+                        || existing.expires.is_some_and(|at| {
+                            at.duration_since(SystemTime::now())
+                                .map_or(true, |left| left < RENEW_BEFORE_EXPIRY)
+                        }),
+                ),
+                None => None,
+            }
+        };
+        match renew {
+            Some(false) => Ok(()),
+            Some(true) => {
+                self.renew_credentials(&args, secrets, context, source)
+                    .await
+            }
+            None => self.mount(args, secrets, context, source).await,
+        }
+    }
+
+    async fn mount(
+        &self,
+        args: PublishArgs,
+        secrets: &HashMap<String, String>,
+        context: &HashMap<String, String>,
+        credential_source: u64,
+    ) -> Result<(), CsiError> {
+        let max = self.settings.max_volumes;
+        if max > 0 && self.count() >= max {
+            return Err(CsiError::ResourceExhausted(format!(
+                "this node already serves {max} msfs volumes (--max-volumes)"
+            )));
+        }
+        let auth = &args.attributes.auth;
+        // Attributes first (cheap, no network), then credentials, then the stores.
+        args.attributes
+            .backend_configs(&args.volume_id, &args.overrides, &Keys::Anonymous)?;
+        auth.check_request(secrets, context)?;
+        let keys = auth.resolve(&args.volume_id, secrets, context).await?;
+        let expires = match &keys {
+            Keys::Static(k) => k.expires,
+            _ => None,
+        };
+        let configs = args
+            .attributes
+            .backend_configs(&args.volume_id, &args.overrides, &keys)?;
+        let backends = self.open_backends(&configs).await?;
+
+        let target = args.target.clone();
+        prepare_dir(&target)?;
+        let staging = args.attributes.backend_is_root.then(|| {
+            self.settings
+                .staging_dir
+                .join(staging_name(&args.volume_id, &target))
+        });
+        if let Some(staging) = &staging {
+            prepare_dir(staging)?;
+        }
+        let mount_at = staging.clone().unwrap_or_else(|| target.clone());
+        let options = FsOptions {
+            uid: configs.first().map_or(0, |c| c.uid),
+            gid: configs.first().map_or(0, |c| c.gid),
+            dir_perm: 0o555,
+            ttl: ENTRY_TTL,
+        };
+        let fs = Arc::new(Fs::new(options, self.engines.clone(), backends));
+        let session_options = SessionOptions {
+            name: format!("msfs:{}", args.volume_id),
+            // Pods run as any user; who may do what is decided by uid/gid and modes.
+            allow_other: true,
+            workers: self.settings.fuse_workers,
+            read_only: configs.iter().all(|c| c.readonly),
+            max_write: MAX_WRITE,
+        };
+        let runtime = self.runtime.clone();
+        let fs_for_session = fs.clone();
+        let at = mount_at.clone();
+        let mut session = tokio::task::spawn_blocking(move || {
+            MountedSession::start(fs_for_session, runtime, &at, &session_options)
+        })
+        .await
+        .map_err(|e| CsiError::Internal(format!("mount task: {e}")))?
+        .map_err(|source| CsiError::Io {
+            what: "cannot mount FUSE at",
+            path: mount_at.clone(),
+            source,
+        })?;
+        if let Some(staging) = &staging {
+            let dir_name = configs
+                .first()
+                .map(|c| c.dir_name.clone())
+                .unwrap_or_default();
+            if let Err(source) = mounts::bind(&staging.join(&dir_name), &target) {
+                let _ = session.unmount();
+                tokio::task::spawn_blocking(move || session.join());
+                let _ = std::fs::remove_dir(staging);
+                return Err(CsiError::Io {
+                    what: "cannot bind-mount the volume onto",
+                    path: target,
+                    source,
+                });
+            }
+        }
+        tracing::info!(volume_id = %args.volume_id, target = %target.display(),
+            backends = configs.len(), "published");
+        let published = Published {
+            volume_id: args.volume_id,
+            fingerprint: args.fingerprint,
+            credential_source,
+            expires,
+            configs,
+            fs,
+            session,
+            staging,
+        };
+        lock(&self.published).insert(target, published);
+        Ok(())
+    }
+
+    /// Opens and checks every backend concurrently; the first failure fails the publish.
+    async fn open_backends(
+        &self,
+        configs: &[BackendConfig],
+    ) -> Result<Vec<Arc<Backend>>, CsiError> {
+        let metrics = &self.engines.metrics;
+        let opened = futures::future::join_all(configs.iter().map(|config| async move {
+            let store = open_store_checked(config, metrics)
+                .await
+                .map_err(backend_error)?;
+            Ok::<_, CsiError>(Arc::new(Backend::new(
+                &config.dir_name,
+                BackendSettings::new(config, store),
+            )))
+        }))
+        .await;
+        opened.into_iter().collect()
+    }
+
+    /// A republish with new secrets or a fresh token: new credentials, same mount.
+    async fn renew_credentials(
+        &self,
+        args: &PublishArgs,
+        secrets: &HashMap<String, String>,
+        context: &HashMap<String, String>,
+        credential_source: u64,
+    ) -> Result<(), CsiError> {
+        let auth = &args.attributes.auth;
+        auth.check_request(secrets, context)?;
+        let keys = auth.resolve(&args.volume_id, secrets, context).await?;
+        let expires = match &keys {
+            Keys::Static(k) => k.expires,
+            _ => None,
+        };
+        let configs = args
+            .attributes
+            .backend_configs(&args.volume_id, &args.overrides, &keys)?;
+        let fs = lock(&self.published)
+            .get(&args.target)
+            .map(|p| p.fs.clone());
+        let Some(fs) = fs else {
+            return Err(CsiError::Internal(
+                "volume vanished during republish".into(),
+            ));
+        };
+        let mut stores = Vec::with_capacity(configs.len());
+        for config in &configs {
+            let store = open_store_checked(config, &self.engines.metrics)
+                .await
+                .map_err(backend_error)?;
+            stores.push(store);
+        }
+        for (config, store) in configs.iter().zip(stores) {
+            if let Some(backend) = fs.backend(&config.dir_name) {
+                backend.replace(BackendSettings::new(config, store));
+            }
+        }
+        if let Some(published) = lock(&self.published).get_mut(&args.target) {
+            published.credential_source = credential_source;
+            published.expires = expires;
+            published.configs = configs;
+        }
+        tracing::info!(volume_id = %args.volume_id, target = %args.target.display(),
+            "credentials renewed");
+        Ok(())
+    }
+
+    /// Unmounts `target` (lazily if busy), commits pending writes and removes the target
+    /// directory. An absent or already unmounted target is fine.
+    pub async fn unpublish(&self, volume_id: &str, target: &Path) -> Result<(), CsiError> {
+        let volume_lock = self.volume_lock(volume_id);
+        let _serialized = volume_lock.lock().await;
+        let published = lock(&self.published).remove(target);
+        match published {
+            Some(published) => self.unmount(published, target).await?,
+            None => {
+                // Not ours (any more): a mount left by a previous run of the plugin is detached.
+                if matches!(mountpoint::mounted_fstype(target), Ok(Some(_))) {
+                    mountpoint::detach(target).map_err(|source| CsiError::Io {
+                        what: "cannot unmount",
+                        path: target.to_path_buf(),
+                        source,
+                    })?;
+                }
+            }
+        }
+        match std::fs::remove_dir(target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(CsiError::Io {
+                    what: "cannot remove the target directory",
+                    path: target.to_path_buf(),
+                    source,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn unmount(&self, mut published: Published, target: &Path) -> Result<(), CsiError> {
+        if published.staging.is_some() {
+            mounts::unbind(target).map_err(|source| CsiError::Io {
+                what: "cannot unmount",
+                path: target.to_path_buf(),
+                source,
+            })?;
+        }
+        published.session.unmount().map_err(|source| CsiError::Io {
+            what: "cannot unmount",
+            path: published.session.path().to_path_buf(),
+            source,
+        })?;
+        let session = published.session;
+        let staging = published.staging.take();
+        // A lazily detached session ends when its last user lets go; do not wait for that.
+        let joined = tokio::task::spawn_blocking(move || session.join());
+        let _ = tokio::time::timeout(Duration::from_secs(5), joined).await;
+        if let Some(staging) = staging {
+            let _ = std::fs::remove_dir(&staging);
+        }
+        // The write engine is process-wide: this commits every volume's dirty files, which is
+        // more than needed but never less.
+        for (file, error) in self.engines.writes.drain().await {
+            tracing::error!(volume_id = %published.volume_id, backend = %file.backend,
+                key = %file.key, error = %error,
+                "could not commit a written file at unpublish; its data is lost");
+        }
+        drop(published.fs);
+        tracing::info!(volume_id = %published.volume_id, target = %target.display(),
+            backends = published.configs.len(), "unpublished");
+        Ok(())
+    }
+
+    /// Unmounts everything (plugin shutdown).
+    pub async fn unpublish_all(&self) {
+        let targets: Vec<(String, PathBuf)> = lock(&self.published)
+            .iter()
+            .map(|(t, p)| (p.volume_id.clone(), t.clone()))
+            .collect();
+        for (volume_id, target) in targets {
+            if let Err(e) = self.unpublish(&volume_id, &target).await {
+                tracing::warn!(volume_id, target = %target.display(), error = %e,
+                    "cannot unpublish at shutdown");
+            }
+        }
+    }
+}
+
+/// Creates the directory (and parents); a dead FUSE mount left there is detached first.
+fn prepare_dir(path: &Path) -> Result<(), CsiError> {
+    let io = |source| CsiError::Io {
+        what: "cannot prepare mount directory",
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Err(e) = std::fs::metadata(path)
+        && e.raw_os_error() == Some(libc::ENOTCONN)
+    {
+        mountpoint::detach(path).map_err(io)?;
+    }
+    std::fs::create_dir_all(path).map_err(io)
+}
+
+/// A staging directory name unique per (volume, target).
+fn staging_name(volume_id: &str, target: &Path) -> String {
+    let mut hasher = DefaultHasher::new();
+    target.hash(&mut hasher);
+    format!("{volume_id}-{:016x}", hasher.finish())
+}

@@ -1,0 +1,147 @@
+//! One FUSE session: an `Fs` mounted at a path and served by its own thread until unmounted.
+//!
+//! The daemon holds one of these; the CSI plugin one per published volume, all on the same
+//! runtime and engines.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::mountpoint;
+use crate::fs::Fs;
+use crate::fuse::FuseAdapter;
+
+/// How a session is mounted.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Source name shown by `mount` and `df`.
+    pub name: String,
+    /// Let users other than the mounting one in.
+    pub allow_other: bool,
+    /// FUSE request reader threads; 0 means one per CPU (at least 2 either way).
+    pub workers: usize,
+    /// Mount read-only in the kernel too (the backends answer EROFS either way).
+    pub read_only: bool,
+    /// Largest write request the kernel sends.
+    pub max_write: u32,
+}
+
+impl SessionOptions {
+    fn fuser_config(&self) -> fuser::Config {
+        let mut session = fuser::Config::default();
+        session.mount_options = vec![
+            MountOption::FSName(self.name.clone()),
+            MountOption::Subtype("msfs".into()),
+            MountOption::DefaultPermissions,
+            MountOption::NoAtime,
+            MountOption::NoDev,
+            MountOption::NoSuid,
+            // Read-write even when every backend is read-only (unless asked otherwise): a
+            // reload may add a writable one. Read-only backends answer EROFS themselves.
+            if self.read_only {
+                MountOption::RO
+            } else {
+                MountOption::RW
+            },
+        ];
+        session.acl = if self.allow_other {
+            SessionACL::All
+        } else {
+            SessionACL::Owner
+        };
+        let workers = match self.workers {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        };
+        session.n_threads = Some(workers.max(2));
+        session
+    }
+}
+
+/// A mounted, serving FUSE session.
+pub struct MountedSession {
+    path: PathBuf,
+    unmounter: SessionUnmounter,
+    notifier: Notifier,
+    done: Option<oneshot::Receiver<()>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl MountedSession {
+    /// Mounts `fs` at `path` and starts serving it. Blocks for the kernel's handshake, so call it
+    /// off the async runtime (`spawn_blocking`) when one is running.
+    pub fn start(
+        fs: Arc<Fs>,
+        runtime: Handle,
+        path: &Path,
+        options: &SessionOptions,
+    ) -> io::Result<MountedSession> {
+        let adapter = FuseAdapter::new(fs, runtime, options.max_write);
+        let mut session = Session::new(adapter, path, &options.fuser_config())?;
+        let unmounter = session.unmount_callable();
+        let notifier = session.notifier();
+        let (done_tx, done_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("fuse-session".into())
+            .spawn(move || {
+                let result = session.run();
+                let _ = done_tx.send(());
+                result
+            })?;
+        Ok(MountedSession {
+            path: path.to_path_buf(),
+            unmounter,
+            notifier,
+            done: Some(done_rx),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sends cache invalidations to the kernel for this mount.
+    pub fn notifier(&self) -> Notifier {
+        self.notifier.clone()
+    }
+
+    /// Resolves when the session ends, whoever unmounted it; only the first caller gets it.
+    pub fn take_done(&mut self) -> Option<oneshot::Receiver<()>> {
+        self.done.take()
+    }
+
+    /// Unmounts; when the mount is busy (a process has files open), detaches it lazily so it
+    /// disappears now and is torn down when released.
+    pub fn unmount(&mut self) -> io::Result<()> {
+        if let Err(e) = self.unmounter.unmount() {
+            tracing::warn!(path = %self.path.display(), error = %e,
+                "unmount failed; detaching lazily");
+            if let Err(e) = mountpoint::detach(&self.path)
+                && e.raw_os_error() != Some(libc::EINVAL)
+            {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the serving thread to end (after an unmount, or an external `umount`). A lazily
+    /// detached mount ends only when its last user lets go. Blocking.
+    pub fn join(mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(path = %self.path.display(), error = %e,
+                "FUSE session ended with an error"),
+            Err(_) => tracing::error!(path = %self.path.display(), "FUSE session thread panicked"),
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! The CSI node plugin over its real unix socket, playing kubelet with a tonic client, against a
+//! real garage and real FUSE mounts: identity, publish/read/write/unpublish, read-only volumes,
+//! idempotency, malformed requests, volume stats and the shared line cache.
+
+mod common;
+
+use std::io::Write;
+
+use common::Garage;
+use common::csi::{
+    CsiPlugin, capability, garage_attributes, garage_secrets, map, mounted, publish_request,
+    unpublish_request,
+};
+use msfs::csi::proto::node_service_capability::rpc::Type as NodeCap;
+use msfs::csi::proto::volume_capability::access_mode::Mode;
+use msfs::csi::proto::{
+    ControllerGetCapabilitiesRequest, GetPluginCapabilitiesRequest, GetPluginInfoRequest,
+    NodeGetCapabilitiesRequest, NodeGetInfoRequest, NodeGetVolumeStatsRequest,
+    NodePublishVolumeRequest, ProbeRequest, node_service_capability,
+};
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_answers_name_version_capabilities_and_readiness() {
+    let plugin = CsiPlugin::start();
+    let mut identity = plugin.identity().await;
+    let info = identity
+        .get_plugin_info(GetPluginInfoRequest {})
+        .await
+        .expect("GetPluginInfo")
+        .into_inner();
+    assert_eq!(info.name, msfs::csi::DEFAULT_DRIVER_NAME);
+    assert_eq!(info.vendor_version, env!("CARGO_PKG_VERSION"));
+    identity
+        .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
+        .await
+        .expect("GetPluginCapabilities");
+    let probe = identity
+        .probe(ProbeRequest {})
+        .await
+        .expect("Probe")
+        .into_inner();
+    assert_eq!(probe.ready, Some(true));
+
+    let mut controller = plugin.controller().await;
+    let caps = controller
+        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await
+        .expect("ControllerGetCapabilities")
+        .into_inner();
+    assert!(caps.capabilities.is_empty());
+
+    let mut node = plugin.node().await;
+    let info = node
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .expect("NodeGetInfo")
+        .into_inner();
+    assert_eq!(info.node_id, "test-node");
+    let caps: Vec<i32> = node
+        .node_get_capabilities(NodeGetCapabilitiesRequest {})
+        .await
+        .expect("NodeGetCapabilities")
+        .into_inner()
+        .capabilities
+        .into_iter()
+        .filter_map(|c| {
+            c.r#type
+                .map(|node_service_capability::Type::Rpc(rpc)| rpc.r#type)
+        })
+        .collect();
+    assert!(caps.contains(&(NodeCap::GetVolumeStats as i32)));
+    assert!(!caps.contains(&(NodeCap::StageUnstageVolume as i32)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_driver_name_is_reported() {
+    let plugin = CsiPlugin::start_with(None, &["--driver-name=example.com.msfs"]);
+    let info = plugin
+        .identity()
+        .await
+        .get_plugin_info(GetPluginInfoRequest {})
+        .await
+        .expect("GetPluginInfo")
+        .into_inner();
+    assert_eq!(info.name, "example.com.msfs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_read_write_unpublish_with_secret_credentials() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-rw");
+    garage
+        .put_object("csi-rw", "data/hello.txt", "hello from s3")
+        .await;
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-1", "pv-rw");
+    let mut context = garage_attributes(&garage, "csi-rw");
+    context.insert("prefix".into(), "data/".into());
+    node.node_publish_volume(publish_request(
+        "pv-rw",
+        &target,
+        context,
+        garage_secrets(&garage),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("publish: {e}\n{}", plugin.log_text()));
+    assert!(mounted(&target), "nothing mounted at the target");
+    // The single backend without dirName is the volume's root.
+    assert_eq!(
+        std::fs::read_to_string(target.join("hello.txt")).expect("read"),
+        "hello from s3"
+    );
+    let mut file = std::fs::File::create(target.join("new.txt")).expect("create");
+    file.write_all(b"written through csi").expect("write");
+    drop(file);
+
+    node.node_unpublish_volume(unpublish_request("pv-rw", &target))
+        .await
+        .expect("unpublish");
+    assert!(!target.exists(), "target directory left behind");
+    // Unpublish commits what was written.
+    assert_eq!(
+        garage.get_object("csi-rw", "data/new.txt").await,
+        b"written through csi"
+    );
+    // Unpublishing again is fine.
+    node.node_unpublish_volume(unpublish_request("pv-rw", &target))
+        .await
+        .expect("second unpublish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_backends_appear_as_sibling_directories() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-a");
+    garage.create_bucket("csi-b");
+    garage.put_object("csi-a", "a.txt", "A").await;
+    garage.put_object("csi-b", "b.txt", "B").await;
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-m", "pv-multi");
+    let backends = serde_json::json!([
+        {"dirName": "first", "bucketName": "csi-a", "endpoint": garage.endpoint()},
+        {"dirName": "second", "bucketName": "csi-b", "endpoint": garage.endpoint(), "readonly": true},
+    ]);
+    let context = map(&[
+        ("backendsJson", &backends.to_string()),
+        ("authenticationSource", "secret"),
+    ]);
+    node.node_publish_volume(publish_request(
+        "pv-multi",
+        &target,
+        context,
+        garage_secrets(&garage),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("publish: {e}\n{}", plugin.log_text()));
+    assert_eq!(
+        std::fs::read_to_string(target.join("first/a.txt")).expect("a"),
+        "A"
+    );
+    assert_eq!(
+        std::fs::read_to_string(target.join("second/b.txt")).expect("b"),
+        "B"
+    );
+    let err = std::fs::File::create(target.join("second/new")).expect_err("read-only backend");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    node.node_unpublish_volume(unpublish_request("pv-multi", &target))
+        .await
+        .expect("unpublish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_publish_refuses_writes() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-ro");
+    garage.put_object("csi-ro", "f", "x").await;
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    for (i, (readonly, mode)) in [
+        (true, Mode::MultiNodeMultiWriter),
+        (false, Mode::MultiNodeReaderOnly),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let target = plugin.target("pod-ro", &format!("pv-ro-{i}"));
+        let mut request = publish_request(
+            "pv-ro",
+            &target,
+            garage_attributes(&garage, "csi-ro"),
+            garage_secrets(&garage),
+        );
+        request.readonly = readonly;
+        request.volume_capability = Some(capability(mode, &[]));
+        node.node_publish_volume(request)
+            .await
+            .unwrap_or_else(|e| panic!("publish: {e}\n{}", plugin.log_text()));
+        assert_eq!(std::fs::read(target.join("f")).expect("read"), b"x");
+        let err = std::fs::File::create(target.join("g")).expect_err("write refused");
+        assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{mode:?}");
+        node.node_unpublish_volume(unpublish_request("pv-ro", &target))
+            .await
+            .expect("unpublish");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republish_is_idempotent_and_different_arguments_already_exist() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-idem");
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-i", "pv-idem");
+    let request = publish_request(
+        "pv-idem",
+        &target,
+        garage_attributes(&garage, "csi-idem"),
+        garage_secrets(&garage),
+    );
+    node.node_publish_volume(request.clone())
+        .await
+        .unwrap_or_else(|e| panic!("publish: {e}\n{}", plugin.log_text()));
+    node.node_publish_volume(request.clone())
+        .await
+        .expect("same publish again");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let count = mounts
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(&target.display().to_string()))
+        .count();
+    assert_eq!(count, 1, "a second mount was stacked on the target");
+
+    let mut different = request.clone();
+    different.readonly = true;
+    let status = node
+        .node_publish_volume(different)
+        .await
+        .expect_err("different arguments");
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    node.node_unpublish_volume(unpublish_request("pv-idem", &target))
+        .await
+        .expect("unpublish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_failures_fail_publish_cleanly() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-exists");
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-f", "pv-fail");
+
+    let missing = publish_request(
+        "pv-fail",
+        &target,
+        garage_attributes(&garage, "no-such-bucket"),
+        garage_secrets(&garage),
+    );
+    let status = node
+        .node_publish_volume(missing)
+        .await
+        .expect_err("missing bucket");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(!mounted(&target));
+
+    let wrong_secret = map(&[
+        ("access_key_id", garage.access_key()),
+        (
+            "secret_access_key",
+            "0000000000000000000000000000000000000000000000000000000000000000",
+        ),
+    ]);
+    let denied = publish_request(
+        "pv-fail",
+        &target,
+        garage_attributes(&garage, "csi-exists"),
+        wrong_secret,
+    );
+    let status = node
+        .node_publish_volume(denied)
+        .await
+        .expect_err("wrong secret");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        !status.message().contains("0000000000"),
+        "secret in {status:?}"
+    );
+    assert!(!mounted(&target));
+    assert!(
+        !plugin.log_text().contains(garage.secret_key()),
+        "secret in the log"
+    );
+}
+
+/// Drops the single-backend attributes, leaving room for `backendsJson`.
+fn only_volume_keys(request: &mut NodePublishVolumeRequest) {
+    for key in ["bucketName", "endpoint", "region"] {
+        request.volume_context.remove(key);
+    }
+}
+
+fn malformed_requests(
+    plugin: &CsiPlugin,
+    garage: &Garage,
+) -> Vec<(&'static str, NodePublishVolumeRequest)> {
+    let target = plugin.target("pod-bad", "pv-bad");
+    let good = || {
+        publish_request(
+            "pv-bad",
+            &target,
+            garage_attributes(garage, "csi-bad"),
+            garage_secrets(garage),
+        )
+    };
+    let with = |f: &dyn Fn(&mut NodePublishVolumeRequest)| {
+        let mut r = good();
+        f(&mut r);
+        r
+    };
+    let attr = |k: &'static str, v: &'static str| {
+        with(&move |r: &mut NodePublishVolumeRequest| {
+            r.volume_context.insert(k.into(), v.into());
+        })
+    };
+    let tokens = r#"{"sts.amazonaws.com":{"token":"t"}}"#;
+    vec![
+        ("volume_id", with(&|r| r.volume_id.clear())),
+        ("volume_id", with(&|r| r.volume_id = "a/b".into())),
+        ("volume_id", with(&|r| r.volume_id = "..".into())),
+        ("target_path", with(&|r| r.target_path.clear())),
+        (
+            "target_path",
+            with(&|r| r.target_path = "relative/mount".into()),
+        ),
+        (
+            "target_path",
+            with(&|r| r.target_path = format!("{}/../../etc", r.target_path)),
+        ),
+        (
+            "target_path",
+            with(&|r| r.target_path = "/tmp/outside-kubelet".into()),
+        ),
+        ("volume_capability", with(&|r| r.volume_capability = None)),
+        (
+            "volume_capability.access_mode",
+            with(&|r| {
+                r.volume_capability = Some(capability(Mode::Unknown, &[]));
+            }),
+        ),
+        (
+            "mountOptions",
+            with(&|r| {
+                r.volume_capability = Some(capability(Mode::MultiNodeMultiWriter, &["uid=abc"]));
+            }),
+        ),
+        (
+            "bucketName",
+            with(&|r| {
+                r.volume_context.remove("bucketName");
+            }),
+        ),
+        ("backendType", attr("backendType", "ftp")),
+        ("backendType", attr("backendType", "file")),
+        ("prefix", attr("prefix", "no-trailing-slash")),
+        ("endpoint", attr("endpoint", "htp://x")),
+        (
+            "backendsJson",
+            with(&|r| {
+                only_volume_keys(r);
+                r.volume_context
+                    .insert("backendsJson".into(), "[{not json".into());
+            }),
+        ),
+        (
+            "backendsJson",
+            with(&|r| {
+                only_volume_keys(r);
+                r.volume_context.insert("backendsJson".into(), "[]".into());
+            }),
+        ),
+        (
+            "backendsJson[0].dirName",
+            with(&|r| {
+                only_volume_keys(r);
+                r.volume_context
+                    .insert("backendsJson".into(), r#"[{"bucketName": "b"}]"#.into());
+            }),
+        ),
+        (
+            "backendsJson[1].prefix",
+            with(&|r| {
+                only_volume_keys(r);
+                r.volume_context.insert(
+                "backendsJson".into(),
+                r#"[{"dirName": "a", "bucketName": "b"}, {"dirName": "c", "bucketName": "d", "prefix": "p"}]"#.into(),
+            );
+            }),
+        ),
+        (
+            "bucketName",
+            attr("backendsJson", r#"[{"dirName": "a", "bucketName": "b"}]"#),
+        ),
+        (
+            "authenticationSource",
+            attr("authenticationSource", "kerberos"),
+        ),
+        ("nodePublishSecretRef", with(&|r| r.secrets.clear())),
+        (
+            "csi.storage.k8s.io/serviceAccount.tokens",
+            with(&|r| {
+                r.volume_context
+                    .insert("authenticationSource".into(), "pod".into());
+                r.volume_context
+                    .insert("roleArn".into(), "arn:aws:iam::123456789012:role/x".into());
+            }),
+        ),
+        (
+            "roleArn",
+            with(&move |r| {
+                r.volume_context
+                    .insert("authenticationSource".into(), "pod".into());
+                r.volume_context.insert(
+                    "csi.storage.k8s.io/serviceAccount.tokens".into(),
+                    tokens.into(),
+                );
+            }),
+        ),
+        ("roleArn", attr("roleArn", "not-an-arn")),
+        ("readonly", attr("readonly", "maybe")),
+        ("bucketNmae", attr("bucketNmae", "typo")),
+        ("uid", attr("uid", "-1")),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_publish_requests_are_invalid_arguments_naming_the_field() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-bad");
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    let cases = malformed_requests(&plugin, &garage);
+    assert!(cases.len() >= 15);
+    for (field, request) in cases {
+        let target = std::path::PathBuf::from(&request.target_path);
+        let status = node
+            .node_publish_volume(request)
+            .await
+            .expect_err(&format!("{field}: accepted"));
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().starts_with(field),
+            "{field}: message does not name it: {:?}",
+            status.message()
+        );
+        assert!(!mounted(&target), "{field}: left a mount");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_unpublish_and_stats_requests() {
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-u", "pv-u");
+    for (volume_id, path) in [("", target.display().to_string()), ("pv-u", String::new())] {
+        let status = node
+            .node_unpublish_volume(msfs::csi::proto::NodeUnpublishVolumeRequest {
+                volume_id: volume_id.into(),
+                target_path: path,
+            })
+            .await
+            .expect_err("invalid unpublish");
+        assert_eq!(status.code(), Code::InvalidArgument);
+    }
+    let status = node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: "pv-u".into(),
+            volume_path: target.display().to_string(),
+            staging_target_path: String::new(),
+        })
+        .await
+        .expect_err("not published");
+    assert_eq!(status.code(), Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_stats_answer_for_a_published_target() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-stats");
+    let plugin = CsiPlugin::start();
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-s", "pv-stats");
+    node.node_publish_volume(publish_request(
+        "pv-stats",
+        &target,
+        garage_attributes(&garage, "csi-stats"),
+        garage_secrets(&garage),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("publish: {e}\n{}", plugin.log_text()));
+    let stats = node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: "pv-stats".into(),
+            volume_path: target.display().to_string(),
+            staging_target_path: String::new(),
+        })
+        .await
+        .expect("stats")
+        .into_inner();
+    assert_eq!(stats.usage.len(), 2);
+    assert!(stats.usage[0].total > 0);
+    assert_eq!(stats.volume_condition.map(|c| c.abnormal), Some(false));
+    node.node_unpublish_volume(unpublish_request("pv-stats", &target))
+        .await
+        .expect("unpublish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_volumes_on_one_bucket_share_the_line_cache() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-shared");
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    garage.put_object("csi-shared", "blob", body.clone()).await;
+    let plugin = CsiPlugin::start_with(
+        Some("msfs_version: 1\ncache_storage: ram\ncache_line_size: 1048576\ncache_lines: 16\n"),
+        &[],
+    );
+    let mut node = plugin.node().await;
+    let first = plugin.target("pod-a", "pv-a");
+    let second = plugin.target("pod-b", "pv-b");
+    for (volume_id, target) in [("pv-a", &first), ("pv-b", &second)] {
+        node.node_publish_volume(publish_request(
+            volume_id,
+            target,
+            garage_attributes(&garage, "csi-shared"),
+            garage_secrets(&garage),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("publish {volume_id}: {e}\n{}", plugin.log_text()));
+    }
+    let before = garage.s3_requests("GetObject");
+    assert!(
+        common::read_direct(&first.join("blob")) == body,
+        "bytes differ (first)"
+    );
+    assert!(
+        common::read_direct(&second.join("blob")) == body,
+        "bytes differ (second)"
+    );
+    let gets = garage.s3_requests("GetObject") - before;
+    assert_eq!(gets, 1, "one line, fetched once for both volumes");
+    for (volume_id, target) in [("pv-a", &first), ("pv-b", &second)] {
+        node.node_unpublish_volume(unpublish_request(volume_id, target))
+            .await
+            .expect("unpublish");
+    }
+}

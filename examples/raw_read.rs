@@ -1,7 +1,10 @@
-//! The "physical limit" client of `bench/`: reads objects straight from an S3 server with a tight
-//! loop of ranged GETs — no filesystem, no cache, no copies — so that every benchmark can report
-//! msfs as a fraction of what the server delivers for the same bytes at the same concurrency.
-//! It also seeds the benchmark data (fast multipart uploads of pseudo-random bytes).
+//! The "physical limit" client of `bench/`: reads and writes objects straight on an S3 server with
+//! a tight loop of requests — no filesystem, no cache, no copies — so that every benchmark can
+//! report msfs as a fraction of what the server delivers for the same bytes at the same
+//! concurrency: ranged GETs for reads; PutObject per small file and a multipart upload (8 MiB
+//! parts, 4 in flight, as msfs commits a large file) for writes; DeleteObject per unlink.
+//! It also seeds the benchmark data and gives the harness what it needs around a write cell:
+//! server-side copies, listings with sizes and ETags, and byte ranges to check what was written.
 //!
 //! Credentials come from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (and `AWS_REGION`), the
 //! endpoint from `--endpoint` or `AWS_ENDPOINT`; requests are path-style. Every command prints one
@@ -12,24 +15,36 @@
 //! raw_read --bucket B read    --key K [--offset O] [--length L] --request-size S --concurrency C
 //! raw_read --bucket B random  --key K --request-size S --requests N --concurrency C [--seed X]
 //! raw_read --bucket B objects --prefix P [--limit N] [--request-size S] [--bytes T] --concurrency C
-//! raw_read --bucket B list    --prefix P [--delimiter /]
+//! raw_read --bucket B list    --prefix P [--delimiter /] [--keys]
 //! raw_read --bucket B ttfb    --key K
 //! raw_read --bucket B seed    --size S [--part-size P] [--concurrency C] (KEY... | --keys-file F)
+//! raw_read --bucket B put-objects --prefix P --count N --size S --concurrency C
+//! raw_read --bucket B put-large   --key K --size S [--part-size P] [--concurrency C]
+//! raw_read --bucket B delete  --prefix P --concurrency C
+//! raw_read --bucket B copy    --source K --key K2
+//! raw_read --bucket B fetch   --key K [--range OFFSET:LENGTH]... --out FILE
 //! ```
+//!
+//! Written bytes come from a pool of pseudo-random bytes generated before the clock starts; each
+//! object (and each 1 MiB of a large one) is a different window of it, so the server can neither
+//! compress nor deduplicate them, and the timed part only sends.
 
 #[path = "common/env_client.rs"]
 mod env_client;
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use bytes::Bytes;
 use clap::{Parser, Subcommand};
+use futures::stream::{self, StreamExt, TryStreamExt};
 use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -37,7 +52,7 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Parser)]
 #[command(
     name = "raw_read",
-    about = "Tight S3 reader (and seeder) for msfs benchmarks"
+    about = "Tight S3 reader and writer (and seeder) for msfs benchmarks"
 )]
 struct Cli {
     /// S3 endpoint URL.
@@ -96,12 +111,15 @@ enum Command {
         #[arg(long)]
         concurrency: usize,
     },
-    /// List a prefix (all pages); with a delimiter, one directory level.
+    /// List a prefix (all pages); with a delimiter, one directory level. With `keys`, the output
+    /// has `objects`: `[key, size, etag]` of each.
     List {
         #[arg(long)]
         prefix: String,
         #[arg(long)]
         delimiter: Option<String>,
+        #[arg(long)]
+        keys: bool,
     },
     /// Time from sending a GET of the whole object to its first body byte.
     Ttfb {
@@ -122,6 +140,63 @@ enum Command {
         keys_file: Option<PathBuf>,
         keys: Vec<String>,
     },
+    /// PutObject of `count` objects of `size` bytes, `PREFIX` + `f00000`, `f00001`, ...,
+    /// `concurrency` in flight (a client writing small files with that many threads).
+    PutObjects {
+        #[arg(long)]
+        prefix: String,
+        #[arg(long)]
+        count: usize,
+        #[arg(long)]
+        size: u64,
+        #[arg(long)]
+        concurrency: usize,
+    },
+    /// One multipart upload of `size` bytes in parts of `part_size`, `concurrency` parts in
+    /// flight (a sliding window: the next part starts when one completes).
+    PutLarge {
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        size: u64,
+        #[arg(long, default_value_t = 8 << 20)]
+        part_size: u64,
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+    },
+    /// DeleteObject of every object under a prefix (listed before the clock starts),
+    /// `concurrency` in flight.
+    Delete {
+        #[arg(long)]
+        prefix: String,
+        #[arg(long)]
+        concurrency: usize,
+    },
+    /// Server-side CopyObject of `source` to `key`.
+    Copy {
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        key: String,
+    },
+    /// Write byte ranges of an object (`OFFSET:LENGTH`, in order; none: the whole object) to a
+    /// local file, one after the other.
+    Fetch {
+        #[arg(long)]
+        key: String,
+        #[arg(long = "range", value_parser = parse_range)]
+        ranges: Vec<(u64, u64)>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64), String> {
+    let (offset, length) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: expected OFFSET:LENGTH"))?;
+    let number = |s: &str| s.parse::<u64>().map_err(|e| format!("{text:?}: {e}"));
+    Ok((number(offset)?, number(length)?))
 }
 
 /// One ranged GET (`len == 0`: the whole object).
@@ -157,33 +232,37 @@ async fn get(client: &Client, bucket: &str, req: &Request) -> Result<u64, Error>
     Ok(n)
 }
 
-/// Runs the requests in order with `concurrency` workers, each taking the next request when its
-/// previous one completes — the shape of `concurrency` synchronous reader threads (fio's
-/// `numjobs`). With `seconds`, workers stop taking requests once that much time has passed (fio's
-/// `time_based`); returns the bytes read, the requests made and the elapsed time.
-async fn run_requests(
-    client: &Client,
-    bucket: &str,
-    requests: impl Iterator<Item = Request> + Send + 'static,
+/// Runs `op` on every item in order with `concurrency` workers, each taking the next item when
+/// its previous one completes — the shape of `concurrency` synchronous application threads (fio's
+/// `numjobs`). With `seconds`, workers stop taking items once that much time has passed (fio's
+/// `time_based`); returns the bytes `op` reported, the items done and the elapsed time.
+async fn for_each_concurrent<T, F, Fut>(
+    items: impl Iterator<Item = T> + Send + 'static,
     concurrency: usize,
     seconds: Option<f64>,
-) -> Result<(u64, usize, Duration), Error> {
-    let queue = Arc::new(Mutex::new(requests));
+    op: F,
+) -> Result<(u64, usize, Duration), Error>
+where
+    T: Send + 'static,
+    F: Fn(T) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<u64, Error>> + Send,
+{
+    let queue = Arc::new(Mutex::new(items));
     let deadline = seconds.map(Duration::from_secs_f64);
     let start = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency.max(1) {
-        let (client, bucket, queue) = (client.clone(), bucket.to_string(), queue.clone());
+        let (queue, op) = (queue.clone(), op.clone());
         workers.push(tokio::spawn(async move {
             let (mut bytes, mut count) = (0u64, 0usize);
             loop {
                 if deadline.is_some_and(|d| start.elapsed() >= d) {
                     return Ok::<_, Error>((bytes, count));
                 }
-                let Some(req) = queue.lock().await.next() else {
+                let Some(item) = queue.lock().await.next() else {
                     return Ok((bytes, count));
                 };
-                bytes += get(&client, &bucket, &req).await?;
+                bytes += op(item).await?;
                 count += 1;
             }
         }));
@@ -194,7 +273,24 @@ async fn run_requests(
         total += b;
         count += c;
     }
-    let elapsed = start.elapsed();
+    Ok((total, count, start.elapsed()))
+}
+
+/// GETs the requests with `concurrency` in flight (see [`for_each_concurrent`]).
+async fn run_requests(
+    client: &Client,
+    bucket: &str,
+    requests: impl Iterator<Item = Request> + Send + 'static,
+    concurrency: usize,
+    seconds: Option<f64>,
+) -> Result<(u64, usize, Duration), Error> {
+    let (client, bucket) = (client.clone(), bucket.to_string());
+    let (total, count, elapsed) =
+        for_each_concurrent(requests, concurrency, seconds, move |req: Request| {
+            let (client, bucket) = (client.clone(), bucket.clone());
+            async move { get(&client, &bucket, &req).await }
+        })
+        .await?;
     eprintln!("raw_read: {count} GETs, {total} bytes in {elapsed:?}");
     Ok((total, count, elapsed))
 }
@@ -221,14 +317,21 @@ async fn object_size(client: &Client, bucket: &str, key: &str) -> Result<u64, Er
     Ok(head.content_length().unwrap_or(0).max(0) as u64)
 }
 
-/// Every (key, size) under `prefix` (with a delimiter: one level), in key order, and the number
-/// of LIST requests it took.
+/// One object as a listing shows it.
+struct Listed {
+    key: String,
+    size: u64,
+    etag: String,
+}
+
+/// Every object under `prefix` (with a delimiter: one level), in key order, the number of common
+/// prefixes and the number of LIST requests it took.
 async fn list_prefix(
     client: &Client,
     bucket: &str,
     prefix: &str,
     delimiter: Option<&str>,
-) -> Result<(Vec<(String, u64)>, usize, usize), Error> {
+) -> Result<(Vec<Listed>, usize, usize), Error> {
     let (mut objects, mut prefixes, mut pages) = (Vec::new(), 0usize, 0usize);
     let mut token = None;
     loop {
@@ -242,10 +345,11 @@ async fn list_prefix(
         let page = call.send().await?;
         pages += 1;
         for o in page.contents() {
-            objects.push((
-                o.key().unwrap_or_default().to_string(),
-                o.size().unwrap_or(0).max(0) as u64,
-            ));
+            objects.push(Listed {
+                key: o.key().unwrap_or_default().to_string(),
+                size: o.size().unwrap_or(0).max(0) as u64,
+                etag: o.e_tag().unwrap_or_default().trim_matches('"').to_string(),
+            });
         }
         prefixes += page.common_prefixes().len();
         match page.next_continuation_token() {
@@ -285,18 +389,44 @@ fn pattern(key: &str, offset: u64, len: u64) -> Vec<u8> {
     out
 }
 
-async fn put_one(client: &Client, bucket: &str, key: &str, size: u64) -> Result<(), Error> {
+/// Bytes to upload, generated before the clock starts: `window(start, len)` is `len` bytes at
+/// `start` of an endless repetition of `period` pseudo-random bytes. The period is odd, so windows
+/// at different multiples of 1 MiB differ: no two objects, and no two blocks of a large one, are
+/// equal for a deduplicating server, and none compresses.
+struct Pool {
+    bytes: Bytes,
+    period: u64,
+}
+
+impl Pool {
+    /// A pool for `total` bytes in windows of at most `max_window` (period at most ~64 MiB).
+    fn new(total: u64, max_window: u64) -> Pool {
+        let period = total.clamp(1 << 20, 64 << 20) | 1;
+        let bytes = Bytes::from(pattern("pool", 0, period + max_window));
+        Pool { bytes, period }
+    }
+
+    fn window(&self, start: u64, len: u64) -> Bytes {
+        let at = (start % self.period) as usize;
+        self.bytes.slice(at..at + len as usize)
+    }
+}
+
+async fn put(client: &Client, bucket: &str, key: &str, body: Bytes) -> Result<u64, Error> {
+    let len = body.len() as u64;
     client
         .put_object()
         .bucket(bucket)
         .key(key)
-        .body(ByteStream::from(pattern(key, 0, size)))
+        .body(ByteStream::from(body))
         .send()
         .await?;
-    Ok(())
+    Ok(len)
 }
 
-/// One multipart upload, its parts sent `concurrency` at a time.
+/// One multipart upload of `size` bytes, parts of `part_size` made by `body(offset, len)` and sent
+/// `concurrency` at a time as a sliding window (each part a task, so making bodies runs in
+/// parallel too); returns the number of requests.
 async fn put_multipart(
     client: &Client,
     bucket: &str,
@@ -304,7 +434,8 @@ async fn put_multipart(
     size: u64,
     part_size: u64,
     concurrency: usize,
-) -> Result<(), Error> {
+    body: impl Fn(u64, u64) -> Bytes + Send + Sync + 'static,
+) -> Result<usize, Error> {
     let upload = client
         .create_multipart_upload()
         .bucket(bucket)
@@ -312,30 +443,27 @@ async fn put_multipart(
         .send()
         .await?;
     let id = upload.upload_id().ok_or("no upload id")?.to_string();
-    let parts: Vec<(i32, u64)> = (0..size.div_ceil(part_size))
-        .map(|i| (i as i32 + 1, i * part_size))
-        .collect();
-    let mut done = Vec::new();
-    for batch in parts.chunks(concurrency.max(1)) {
-        let mut tasks = Vec::new();
-        for &(number, offset) in batch {
+    let body = Arc::new(body);
+    let parts: Vec<CompletedPart> = stream::iter(0..size.div_ceil(part_size))
+        .map(|index| {
             let (client, bucket, key, id) = (
                 client.clone(),
                 bucket.to_string(),
                 key.to_string(),
                 id.clone(),
             );
+            let body = body.clone();
+            let offset = index * part_size;
             let len = part_size.min(size - offset);
-            tasks.push(tokio::spawn(async move {
-                // Generated inside the task so data generation runs in parallel too.
-                let body = ByteStream::from(pattern(&key, offset, len));
+            let number = index as i32 + 1;
+            tokio::spawn(async move {
                 let out = client
                     .upload_part()
                     .bucket(bucket)
                     .key(key)
                     .upload_id(id)
                     .part_number(number)
-                    .body(body)
+                    .body(ByteStream::from(body(offset, len)))
                     .send()
                     .await?;
                 Ok::<CompletedPart, Error>(
@@ -344,12 +472,13 @@ async fn put_multipart(
                         .set_e_tag(out.e_tag().map(str::to_string))
                         .build(),
                 )
-            }));
-        }
-        for task in tasks {
-            done.push(task.await??);
-        }
-    }
+            })
+        })
+        .buffered(concurrency.max(1))
+        .map(|joined| joined?)
+        .try_collect()
+        .await?;
+    let requests = parts.len() + 2;
     client
         .complete_multipart_upload()
         .bucket(bucket)
@@ -357,12 +486,12 @@ async fn put_multipart(
         .upload_id(id)
         .multipart_upload(
             CompletedMultipartUpload::builder()
-                .set_parts(Some(done))
+                .set_parts(Some(parts))
                 .build(),
         )
         .send()
         .await?;
-    Ok(())
+    Ok(requests)
 }
 
 async fn seed(
@@ -377,31 +506,133 @@ async fn seed(
     let count = keys.len();
     if size > part_size {
         for key in &keys {
-            put_multipart(client, bucket, key, size, part_size, concurrency).await?;
+            let k = key.clone();
+            let body = move |offset, len| Bytes::from(pattern(&k, offset, len));
+            put_multipart(client, bucket, key, size, part_size, concurrency, body).await?;
         }
     } else {
-        let queue = Arc::new(Mutex::new(VecDeque::from(keys)));
-        let mut workers = Vec::new();
-        for _ in 0..concurrency.max(1) {
-            let (client, bucket, queue) = (client.clone(), bucket.to_string(), queue.clone());
-            workers.push(tokio::spawn(async move {
-                loop {
-                    let Some(key) = queue.lock().await.pop_front() else {
-                        return Ok::<(), Error>(());
-                    };
-                    put_one(&client, &bucket, &key, size).await?;
-                }
-            }));
-        }
-        for worker in workers {
-            worker.await??;
-        }
+        let (client, bucket) = (client.clone(), bucket.to_string());
+        for_each_concurrent(keys.into_iter(), concurrency, None, move |key: String| {
+            let (client, bucket) = (client.clone(), bucket.clone());
+            async move {
+                let body = Bytes::from(pattern(&key, 0, size));
+                put(&client, &bucket, &key, body).await
+            }
+        })
+        .await?;
     }
     let seconds = start.elapsed().as_secs_f64();
     Ok(
         json!({"command": "seed", "objects": count, "bytes": size * count as u64,
               "seconds": seconds, "concurrency": concurrency}),
     )
+}
+
+/// `count` objects of `size` bytes under `prefix`, `concurrency` PUTs in flight.
+async fn put_objects(
+    client: &Client,
+    bucket: &str,
+    prefix: &str,
+    count: usize,
+    size: u64,
+    concurrency: usize,
+) -> Result<Value, Error> {
+    let pool = Pool::new(size * count as u64, size);
+    // A stride that is no multiple of anything the server cuts by: every object its own window.
+    let stride = size + 4097;
+    let objects: Vec<(String, Bytes)> = (0..count)
+        .map(|i| {
+            (
+                format!("{prefix}f{i:05}"),
+                pool.window(i as u64 * stride, size),
+            )
+        })
+        .collect();
+    let (client, bucket) = (client.clone(), bucket.to_string());
+    let (bytes, n, t) = for_each_concurrent(
+        objects.into_iter(),
+        concurrency,
+        None,
+        move |(key, body): (String, Bytes)| {
+            let (client, bucket) = (client.clone(), bucket.clone());
+            async move { put(&client, &bucket, &key, body).await }
+        },
+    )
+    .await?;
+    Ok(report("put-objects", bytes, t, n, concurrency))
+}
+
+async fn put_large(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    size: u64,
+    part_size: u64,
+    concurrency: usize,
+) -> Result<Value, Error> {
+    let pool = Arc::new(Pool::new(size, part_size));
+    let start = Instant::now();
+    let body = move |offset, len| pool.window(offset, len);
+    let n = put_multipart(client, bucket, key, size, part_size, concurrency, body).await?;
+    Ok(report("put-large", size, start.elapsed(), n, concurrency))
+}
+
+/// DeleteObject of every object under `prefix` (listed first, untimed), `concurrency` in flight.
+async fn delete_prefix(
+    client: &Client,
+    bucket: &str,
+    prefix: &str,
+    concurrency: usize,
+) -> Result<Value, Error> {
+    let (objects, _, _) = list_prefix(client, bucket, prefix, None).await?;
+    let keys = objects.into_iter().map(|o| o.key);
+    let (client, bucket) = (client.clone(), bucket.to_string());
+    let (_, n, t) = for_each_concurrent(keys, concurrency, None, move |key: String| {
+        let (client, bucket) = (client.clone(), bucket.clone());
+        async move {
+            client
+                .delete_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await?;
+            Ok(0)
+        }
+    })
+    .await?;
+    Ok(report("delete", 0, t, n, concurrency))
+}
+
+/// Writes the ranges of `key` (none: the whole object), in order, to the file `out`.
+async fn fetch(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    ranges: &[(u64, u64)],
+    out: &Path,
+) -> Result<Value, Error> {
+    let start = Instant::now();
+    let mut file = tokio::fs::File::create(out).await?;
+    let whole = [(0, 0)];
+    let ranges = if ranges.is_empty() {
+        &whole[..]
+    } else {
+        ranges
+    };
+    let mut bytes = 0u64;
+    for &(offset, len) in ranges {
+        let mut call = client.get_object().bucket(bucket).key(key);
+        if len > 0 {
+            call = call.range(format!("bytes={offset}-{}", offset + len - 1));
+        }
+        let mut body = call.send().await?.body;
+        while let Some(chunk) = body.try_next().await? {
+            file.write_all(&chunk).await?;
+            bytes += chunk.len() as u64;
+        }
+    }
+    file.flush().await?;
+    Ok(report("fetch", bytes, start.elapsed(), ranges.len(), 1))
 }
 
 fn report(
@@ -478,7 +709,7 @@ async fn run(cli: Cli) -> Result<Value, Error> {
             let count = objects.len();
             let once: Vec<Request> = objects
                 .iter()
-                .flat_map(|(key, size)| chunks(key, 0, *size, request_size))
+                .flat_map(|o| chunks(&o.key, 0, o.size, request_size))
                 .collect();
             // Time-based runs cycle over the objects, as fio's time_based does over its files.
             let list: Box<dyn Iterator<Item = Request> + Send> = match seconds {
@@ -490,12 +721,23 @@ async fn run(cli: Cli) -> Result<Value, Error> {
             out["objects"] = json!(count);
             out
         }
-        Command::List { prefix, delimiter } => {
+        Command::List {
+            prefix,
+            delimiter,
+            keys,
+        } => {
             let start = Instant::now();
             let (objects, prefixes, pages) =
                 list_prefix(&client, bucket, &prefix, delimiter.as_deref()).await?;
             let mut out = report("list", 0, start.elapsed(), pages, 1);
             out["entries"] = json!(objects.len() + prefixes);
+            if keys {
+                let listed: Vec<Value> = objects
+                    .iter()
+                    .map(|o| json!([o.key, o.size, o.etag]))
+                    .collect();
+                out["objects"] = json!(listed);
+            }
             out
         }
         Command::Ttfb { key } => {
@@ -538,6 +780,34 @@ async fn run(cli: Cli) -> Result<Value, Error> {
             )
             .await?
         }
+        Command::PutObjects {
+            prefix,
+            count,
+            size,
+            concurrency,
+        } => put_objects(&client, bucket, &prefix, count, size, concurrency).await?,
+        Command::PutLarge {
+            key,
+            size,
+            part_size,
+            concurrency,
+        } => put_large(&client, bucket, &key, size, part_size, concurrency).await?,
+        Command::Delete {
+            prefix,
+            concurrency,
+        } => delete_prefix(&client, bucket, &prefix, concurrency).await?,
+        Command::Copy { source, key } => {
+            let start = Instant::now();
+            client
+                .copy_object()
+                .bucket(bucket)
+                .key(&key)
+                .copy_source(format!("{bucket}/{source}"))
+                .send()
+                .await?;
+            report("copy", 0, start.elapsed(), 1, 1)
+        }
+        Command::Fetch { key, ranges, out } => fetch(&client, bucket, &key, &ranges, &out).await?,
     })
 }
 

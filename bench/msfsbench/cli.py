@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -45,7 +46,7 @@ def parse(argv: list[str]) -> Options:
         description="Measure msfs beside s3fs, rclone and the raw S3 client (the physical limit) "
         "against a local S3 server. Run as root on a Debian machine; see bench/README.md.",
     )
-    p.add_argument("--quick", action="store_true", help="smaller and shorter (under 10 minutes on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="smaller and shorter (about 15 minutes on 2 cores)")
     p.add_argument("--self-check", action="store_true",
                    help="seconds-long smoke run (tiny data, one workload per family, msfs + raw), "
                    "into a temp dir; exits non-zero if any output is missing")
@@ -100,7 +101,7 @@ def print_plan(plan: Plan) -> None:
 
 def list_workloads(workloads: list[Workload]) -> None:
     for w in workloads:
-        print(f"{w.name:14} {w.family:12} {w.state.value:5} {w.io:9} {w.description}")
+        print(f"{w.name:19} {w.family:15} {w.state.value:5} {w.io:9} {w.description}")
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -143,6 +144,8 @@ def output_base(o: Options) -> Path:
         directory = BENCH_DIR / "results"
     directory.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if o.quick and not o.self_check else ""
+    if o.only and not o.self_check:  # a partial run does not replace the day's full one
+        suffix += "-" + re.sub(r"[^A-Za-z0-9-]+", "", "-".join(o.only))[:40].strip("-")
     return directory / f"{dt.date.today().isoformat()}-{host()}{suffix}"
 
 

@@ -1,7 +1,8 @@
 """The FUSE filesystems under test and how each is mounted with equivalent settings.
 
 Equivalence, as far as each peer allows it (bench/README.md explains the gaps):
-  * same server, bucket, credentials, path-style requests, region us-east-1, read-only;
+  * same server, bucket, credentials, path-style requests, region us-east-1, read-only — and
+    writable, with close() made durable where the peer can (`writable`), for the write cells;
   * same cache budget (`Scale.cache_bytes`) where the peer has a bounded cache;
   * metadata trusted for 10 s (msfs `entry_attr_ttl`, s3fs `stat_cache_expire`, rclone
     `--attr-timeout`/`--dir-cache-time`), mtimes from the server's LastModified;
@@ -50,6 +51,9 @@ class Filesystem(ABC):
 
     name = ""
     commands: list[str] = []  # what must be on PATH (installed from Debian by install.py)
+    # Whether close() returns only once written data is in the store (else write cells wait for
+    # the store on the clock).
+    durable_on_close = True
 
     def __init__(self, work: Path, server: S3Server, scale: Scale, fusectl: FuseControl, binaries: Binaries):
         self.work = work
@@ -62,6 +66,7 @@ class Filesystem(ABC):
         self.log_dir = work / "logs" / self.name
         self.pid: int | None = None
         self.tuning: dict[str, int] = {}
+        self.writable = False  # the mode of the next mount (read-only unless a workload writes)
         for d in (self.mountpoint, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
 
@@ -74,8 +79,11 @@ class Filesystem(ABC):
         """Starts the daemon; returns its PID (the mount may not be live yet)."""
 
     @abstractmethod
-    def settings(self) -> dict[str, Any]:
-        """The mount settings, as recorded in the results."""
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        """The mount settings, as recorded in the results (default: of the current mode)."""
+
+    def _writable(self, writable: bool | None) -> bool:
+        return self.writable if writable is None else writable
 
     def log_tail(self, lines: int = 15) -> str:
         texts = [p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log"))]
@@ -156,7 +164,11 @@ class Msfs(Filesystem):
     def root(self) -> Path:
         return self.mountpoint / self.BACKEND
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        backend = {"readonly": True}
+        if self._writable(writable):
+            # close() returns once the object is committed: durable, like s3fs's upload in flush.
+            backend = {"readonly": False, "flush_on_close": True}
         return {
             "mountname": "msfs-bench",
             "allow_other": True,
@@ -166,17 +178,21 @@ class Msfs(Filesystem):
             "cache_lines": max(16, self.scale.cache_bytes // MSFS_LINE_SIZE),
             "cache_lines_to_prefetch": MSFS_PREFETCH_LINES,
             "cache_dir_path": str(self.cache_dir),
+            "backend": backend,
         }
 
     def _write_config(self) -> None:
         env = self.server.env
+        settings = self.settings()
+        backend = settings.pop("backend")
         lines = ["msfs_version: 1"]
-        lines += [f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in self.settings().items()]
+        lines += [f"{k}: {_yaml(v)}" for k, v in settings.items()]
         lines += [
             "backends:",
             f"  - dir_name: {self.BACKEND}",
             "    backend_type: S3",
             f"    bucket_container_name: {self.server.bucket}",
+            *[f"    {k}: {_yaml(v)}" for k, v in backend.items()],
             "    S3:",
             f"      endpoint: {self.server.endpoint}",
             "      region: us-east-1",
@@ -205,21 +221,24 @@ class Msfs(Filesystem):
 
 
 class S3fs(ForegroundFilesystem):
-    """s3fs-fuse from Debian, with its disk cache (it has no size bound: see the README)."""
+    """s3fs-fuse from Debian, with its disk cache (it has no size bound: see the README). Writable,
+    it uploads a file in its flush (close), so close() is durable as it is."""
 
     name = "s3fs"
     commands = ["s3fs"]
 
-    def settings(self) -> dict[str, Any]:
-        return {
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "url": self.server.endpoint,
             "use_path_request_style": True,
             "endpoint": "us-east-1",
             "use_cache": str(self.cache_dir),
             "stat_cache_expire": ATTR_TTL_SECONDS,
             "allow_other": True,
-            "ro": True,
         }
+        if not self._writable(writable):
+            out["ro"] = True
+        return out
 
     def _start(self) -> int:
         env = self.server.env
@@ -234,16 +253,20 @@ class S3fs(ForegroundFilesystem):
 
 
 class Rclone(ForegroundFilesystem):
-    """rclone mount from Debian with its full VFS cache, bounded to the same size as msfs's."""
+    """rclone mount from Debian with its full VFS cache, bounded to the same size as msfs's.
+    Writable, it uses `--vfs-cache-mode writes` and uploads after close() has returned (no flag
+    makes close wait), starting at once (`--vfs-write-back 0s`, not 5 s later)."""
 
     name = "rclone"
     commands = ["rclone"]
+    durable_on_close = False
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        mode = {"--vfs-cache-mode": "writes", "--vfs-write-back": "0s"} if self._writable(writable) else {
+            "--read-only": True, "--vfs-cache-mode": "full"}
         return {
-            "--read-only": True,
+            **mode,
             "--allow-other": True,
-            "--vfs-cache-mode": "full",
             "--vfs-cache-max-size": f"{self.scale.cache_bytes // MiB}M",
             "--cache-dir": str(self.cache_dir),
             "--dir-cache-time": f"{ATTR_TTL_SECONDS}s",
@@ -281,6 +304,10 @@ class Rclone(ForegroundFilesystem):
         # fails with LoadCustomCABundleError when this is set (it is, on these machines).
         env.pop("AWS_CA_BUNDLE", None)
         return self._spawn(cmd, env)
+
+
+def _yaml(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 PEERS: dict[str, type[Filesystem]] = {"msfs": Msfs, "s3fs": S3fs, "rclone": Rclone}

@@ -1,4 +1,6 @@
-"""The physical-limit client: thin wrapper over `examples/raw_read.rs`, one method per command."""
+"""The physical-limit client: thin wrapper over `examples/raw_read.rs`, one method per command.
+Besides the measurements it is the harness's own view of the store: seeding, and the set-up,
+listing, read-back and clean-up around write cells."""
 
 from __future__ import annotations
 
@@ -44,6 +46,37 @@ class RawClient:
     def list_prefix(self, prefix: str, delimiter: str | None = None) -> dict[str, Any]:
         args = ["list", "--prefix", prefix] + (["--delimiter", delimiter] if delimiter else [])
         return self._call(*args)
+
+    def objects_under(self, prefix: str) -> dict[str, tuple[int, str]]:
+        """key -> (size, ETag) of every object under `prefix`."""
+        out = self._call("list", "--prefix", prefix, "--keys")
+        return {key: (size, etag) for key, size, etag in out["objects"]}
+
+    def put_objects(self, prefix: str, count: int, size: int, concurrency: int) -> dict[str, Any]:
+        """`count` objects `<prefix>f00000`... of `size` bytes, `concurrency` PUTs in flight."""
+        return self._call(
+            "put-objects", "--prefix", prefix, "--count", count, "--size", size, "--concurrency", concurrency
+        )
+
+    def put_large(self, key: str, size: int, part_size: int, concurrency: int) -> dict[str, Any]:
+        return self._call(
+            "put-large", "--key", key, "--size", size, "--part-size", part_size, "--concurrency", concurrency
+        )
+
+    def delete_prefix(self, prefix: str, concurrency: int = 32) -> dict[str, Any]:
+        return self._call("delete", "--prefix", prefix, "--concurrency", concurrency)
+
+    def copy(self, source: str, key: str) -> dict[str, Any]:
+        return self._call("copy", "--source", source, "--key", key)
+
+    def fetch(self, key: str, ranges: list[tuple[int, int]] | None = None) -> bytes:
+        """The object's bytes (with `ranges` of (offset, length): those ranges, concatenated)."""
+        with tempfile.NamedTemporaryFile(suffix=".bytes") as f:
+            args: list[str | int | float] = ["fetch", "--key", key, "--out", f.name]
+            for offset, length in ranges or []:
+                args += ["--range", f"{offset}:{length}"]
+            self._call(*args)
+            return Path(f.name).read_bytes()
 
     def ttfb(self, key: str) -> dict[str, Any]:
         return self._call("ttfb", "--key", key)

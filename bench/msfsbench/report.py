@@ -63,7 +63,7 @@ def markdown(results: Results) -> str:
         name, hib = w["name"], w["higher_is_better"]
         row = [f"{w['name']} ({w['title']})", w["unit"], w["io"]]
         row += [cell_text(results.get(name, p)) for p in fs_peers]
-        row.append(cell_text(results.get(name, RAW)))
+        row.append(cell_text(results.get(name, RAW)) if w.get("has_raw", True) else "n/a")
         if "msfs" in fs_peers:
             msfs = results.get(name, "msfs")
             row.append(speed_ratio(msfs, results.get(name, RAW), hib))
@@ -76,6 +76,14 @@ def markdown(results: Results) -> str:
         "reached; for cache-resident ones the raw column is what going back to the server would "
         "deliver, so above 1 is the cache's gain.",
     ]
+    no_raw = [w for w in results.workloads if not w.get("has_raw", True)]
+    if no_raw:
+        lines += ["", f"n/a: no raw limit for {', '.join(w['name'] for w in no_raw)} ({no_raw[0]['raw']})."]
+    write_cells = [w["name"] for w in results.workloads if w.get("writes")]
+    if write_cells:
+        lines += ["", "Write cells are timed until the store holds what was written (msfs with "
+                  "`flush_on_close: true`; s3fs uploads in close; rclone is timed until the store lists "
+                  "the upload) and fail if a read-back check of the store finds a lost or wrong write."]
     errors = [(c, c.error) for c in results.cells.values() if c.error]
     if errors:
         lines += ["", "Errors (details in the JSON):", ""]

@@ -50,7 +50,8 @@ def describe_workload(w: Workload) -> dict[str, Any]:
     return {
         "name": w.name, "family": w.family, "title": w.title, "description": w.description,
         "unit": w.unit.value, "higher_is_better": w.unit.higher_is_better, "state": w.state.value,
-        "io": w.io, "dataset": w.dataset, "raw": w.raw_note,
+        "io": w.io, "dataset": w.dataset, "raw": w.raw_note, "has_raw": w.on_raw is not None,
+        "writes": w.writes,
     }
 
 

@@ -5,6 +5,8 @@ Both follow one protocol, so the fairness rules live here once:
   * COLD runs: fresh mount with an empty cache (filesystems), then `echo 3 > drop_caches`;
   * WARM runs: the data set is read once through the target (not measured); before each run,
     buffered workloads get the mount's page cache for their files evicted;
+  * filesystems are mounted read-only, and writable (remounted) for the workloads that write;
+  * a workload without a raw limit (`on_raw` None) has no raw cell;
   * `runs` repeats per cell; a failing cell is recorded and the run goes on.
 """
 
@@ -75,7 +77,9 @@ class RawTarget(Target):
         self.raw.objects(self.data.by_name(dataset).prefix, WARMUP_THREADS)
 
     def measure(self, workload: Workload) -> Sample:
-        return workload.on_raw(Context(None, self.raw, self.data, self.scale, self.workdir))
+        if workload.on_raw is None:
+            raise RuntimeError(f"{workload.name} has no raw limit")
+        return workload.on_raw(Context(None, self.raw, self.data, self.scale, self.workdir, RAW))
 
 
 class MountTarget(Target):
@@ -95,6 +99,13 @@ class MountTarget(Target):
         self.fs.remount()
         self.warm.clear()
 
+    def prepare(self, workload: Workload) -> None:
+        if workload.writes != self.fs.writable:
+            self.fs.writable = workload.writes
+            if workload.state is not State.COLD:  # a cold run remounts anyway
+                self.recover()
+        super().prepare(workload)
+
     def make_cold(self) -> None:
         self.fs.remount()  # empty cache, no cached entries or attributes
         drop_caches()
@@ -107,7 +118,9 @@ class MountTarget(Target):
             evict_page_cache(self.data.by_name(workload.dataset).paths(self.fs.root))
 
     def measure(self, workload: Workload) -> Sample:
-        return workload.on_fs(Context(self.fs.root, self.raw, self.data, self.scale, self.workdir))
+        ctx = Context(self.fs.root, self.raw, self.data, self.scale, self.workdir, self.fs.name,
+                      self.fs.durable_on_close)
+        return workload.on_fs(ctx)
 
 
 def run_target(target: Target, workloads: list[Workload], runs: int, results: Results) -> None:
@@ -115,6 +128,8 @@ def run_target(target: Target, workloads: list[Workload], runs: int, results: Re
     target.start()
     try:
         for w in workloads:
+            if isinstance(target, RawTarget) and w.on_raw is None:
+                continue
             cell = results.cell(w.name, target.name)
             for i in range(runs):
                 try:

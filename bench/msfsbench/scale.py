@@ -23,9 +23,15 @@ class Scale:
     many_size: int
     tree_fanout: int  # the "9x9x9" tree walked by `find`
     threads: tuple[int, ...]  # application threads of the fio cells
-    fio_seconds: float  # length of each time-based fio cell (and of its raw twin)
+    fio_seconds: float  # length of each time-based fio cell (and of its raw twin; and of random writes)
     runs: int  # default repeats per cell (--runs overrides)
     cache_bytes: int  # cache budget given to every peer that has a cache
+    write_count: int  # the "1,024 x 1 MiB" files written by the write cells
+    write_size: int
+    write_threads: tuple[int, ...]  # application threads of the small-file write cells
+    write_large_size: int  # the "1 GiB" sequential write
+    meta_count: int  # the "100 files" created and unlinked
+    write_cap_seconds: float  # a write cell not durable by then is killed and fails (s3fs can be slow)
     note: str  # printed and recorded: how this scale differs from the full one
 
     def describe(self) -> dict[str, object]:
@@ -44,6 +50,12 @@ FULL = Scale(
     fio_seconds=10.0,
     runs=3,
     cache_bytes=4 * GiB,
+    write_count=1024,
+    write_size=1 * MiB,
+    write_threads=(1, 4, 8),
+    write_large_size=1 * GiB,
+    meta_count=100,
+    write_cap_seconds=900.0,
     note="full scale",
 )
 
@@ -59,7 +71,15 @@ QUICK = Scale(
     fio_seconds=3.0,
     runs=1,
     cache_bytes=4 * GiB,
-    note="quick: threads 1 and 4 only (not 1/2/4/8), 3 s fio cells (not 10 s), 1 run (not 3)",
+    write_count=256,
+    write_size=1 * MiB,
+    write_threads=(1, 4),
+    write_large_size=256 * MiB,
+    meta_count=100,
+    write_cap_seconds=300.0,
+    note="quick: threads 1 and 4 only (not 1/2/4/8; writes not 1/4/8), 3 s fio and random-write cells "
+    "(not 10 s), 1 run (not 3); writes 256 x 1 MiB files (not 1,024) and a 256 MiB sequential file "
+    "(not 1 GiB)",
 )
 
 # Seconds-long smoke run for CI: proves every stage produces output; its numbers mean nothing.
@@ -75,6 +95,12 @@ SELF_CHECK = Scale(
     fio_seconds=1.0,
     runs=1,
     cache_bytes=256 * MiB,
+    write_count=8,
+    write_size=256 * KiB,
+    write_threads=(2,),
+    write_large_size=16 * MiB,
+    meta_count=10,
+    write_cap_seconds=120.0,
     note="self-check: tiny data, one workload per family, numbers are meaningless",
 )
 

@@ -78,12 +78,19 @@ class Session:
             "machine": facts.machine(),
             "load_average": {"start": load_at_start, "end": facts.load_average()},
             "versions": _versions(binaries),
-            "peer_settings": {fs.name: {"settings": fs.settings(), "fuse_tuning": fs.tuning} for fs in filesystems},
+            "peer_settings": {fs.name: self._settings(fs) for fs in filesystems},
             "families": {f.name: f.title for f in FAMILIES},
             "datasets": {d.name: d.describe() for d in data.all()},
             "seed_seconds": seed_seconds,
         }
         return results
+
+    def _settings(self, fs: Filesystem) -> dict[str, Any]:
+        out: dict[str, Any] = {"settings": fs.settings(writable=False)}
+        if any(w.writes for w in self.plan.workloads):
+            out["write_settings"] = fs.settings(writable=True)
+        out["fuse_tuning"] = fs.tuning
+        return out
 
     def _install_and_build(self) -> install.Binaries:
         install.ensure_test_deps()
@@ -120,6 +127,8 @@ class Session:
             except Exception as e:  # e.g. a peer that does not mount: its cells say so, others run
                 log(f"{target.name} failed: {e}")
                 for w in plan.workloads:
+                    if isinstance(target, RawTarget) and w.on_raw is None:
+                        continue
                     cell = results.cell(w.name, target.name)
                     if not cell.samples and not cell.error:
                         cell.error = f"{type(e).__name__}: {e}"

@@ -55,6 +55,33 @@ def run(
     return proc
 
 
+class CommandTimeout(CommandError):
+    pass
+
+
+def run_killable(cmd: Sequence[str | os.PathLike[str]], *, timeout: float, cwd: Path | None = None) -> str:
+    """Runs `cmd` and returns its stdout; past `timeout` kills it and raises without waiting for it
+    to exit: a process blocked in a FUSE flush does not die until the daemon answers (the caller
+    recovers by remounting, which ends that wait)."""
+    args = [str(c) for c in cmd]
+    debug("$ " + shlex.join(args))
+    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _ABANDONED.append(proc)  # reaped when the interpreter exits
+        raise CommandTimeout(f"{shlex.join(args[:4])} ... still running after {timeout:.0f} s; killed") from None
+    if proc.returncode != 0:
+        tail = "\n".join(err.strip().splitlines()[-15:])
+        raise CommandError(f"{shlex.join(args)} exited {proc.returncode}:\n{tail}")
+    return out
+
+
+_ABANDONED: list[subprocess.Popen[str]] = []
+
+
 def run_streaming(cmd: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> None:
     """Runs a long command (a build, an install) with its output going to the terminal."""
     args = [str(c) for c in cmd]

@@ -1,9 +1,11 @@
 """Workload families. Importing a family module registers it; the order here is the run order
-(and the order of the table and charts). The write and manifest families join as new modules."""
+(and the order of the table and charts). The manifest families join as new modules."""
 
 # Imported for their registration side effect, in run order (do not sort).
 from . import read  # noqa: F401, I001
 from . import metadata  # noqa: F401, I001
+from . import write  # noqa: F401, I001
+from . import write_metadata  # noqa: F401, I001
 from .registry import FAMILIES, Context, Family, State, Unit, Workload, all_workloads, family_of, select
 
 __all__ = ["FAMILIES", "Context", "Family", "State", "Unit", "Workload", "all_workloads", "family_of", "select"]

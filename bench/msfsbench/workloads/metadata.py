@@ -6,7 +6,8 @@ Physical limit: the fewest requests that answer the same question — one LIST p
 the directory (with the `/` delimiter), one recursive LIST of the whole tree, and one GET until its
 first body byte.
 
-The create/unlink rows of the goofys table come with the write engine, as a new family.
+The create/unlink rows of the goofys table need a writable mount: they are the `write-metadata`
+family (write_metadata.py).
 """
 
 from __future__ import annotations

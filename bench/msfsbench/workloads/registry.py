@@ -22,15 +22,17 @@ from ..scale import Scale
 
 class Unit(Enum):
     MIB_S = "MiB/s"
+    IOPS = "IOPS"
     SECONDS = "s"
 
     @property
     def higher_is_better(self) -> bool:
-        return self is Unit.MIB_S
+        return self is not Unit.SECONDS
 
 
 class State(Enum):
     COLD = "cold"  # before every run: fresh mount with an empty cache, then drop_caches
+    #                (every write cell is cold: it starts from a fresh writable mount)
     WARM = "warm"  # once per mount: read the data set through the peer; every run: evict the
     #                mount's page cache for it, so the peer's own cache answers
 
@@ -38,13 +40,17 @@ class State(Enum):
 @dataclass(frozen=True)
 class Context:
     """What a workload's measuring function gets. `root` is where the bucket's keys appear on the
-    mount (None when measuring the raw client)."""
+    mount (None when measuring the raw client); `peer` names the target ("raw" for the raw
+    client); `durable_on_close` is False for a peer whose close() returns before its upload is
+    done (a write cell then waits until the store holds what was written, on the clock)."""
 
     root: Path | None
     raw: RawClient
     data: Datasets
     scale: Scale
     workdir: Path
+    peer: str
+    durable_on_close: bool = True
 
     @property
     def mount(self) -> Path:
@@ -67,10 +73,12 @@ class Workload:
     dataset: str  # the data set it reads (warmed up for WARM)
     io: str  # "O_DIRECT", "buffered" or "metadata": stated in the table
     on_fs: Measure  # the measurement on a mounted peer
-    on_raw: Measure  # the same bytes/requests through raw_read: the physical limit
-    raw_note: str  # how the raw client does it
+    on_raw: Measure | None  # the same bytes/requests through raw_read: the physical limit
+    #                          (None: no raw limit exists, the raw column says n/a and why)
+    raw_note: str  # how the raw client does it (or why there is no raw limit)
     est_seconds: float  # expected seconds per run per peer, for the duration estimate
     smoke: bool = False  # part of --self-check (one per family)
+    writes: bool = False  # needs a writable mount (peers are mounted read-only otherwise)
 
 
 @dataclass(frozen=True)
@@ -79,16 +87,22 @@ class Family:
     title: str
     unit: Unit
     build: Callable[[Scale], list[Workload]]
+    group: str  # --only selects a whole group by name (the write families share "write")
 
 
 FAMILIES: list[Family] = []
 
 
-def family(name: str, title: str, unit: Unit) -> Callable[[Callable[[Scale], list[Workload]]], Callable[[Scale], list[Workload]]]:
+def family(
+    name: str, title: str, unit: Unit, group: str | None = None
+) -> Callable[[Callable[[Scale], list[Workload]]], Callable[[Scale], list[Workload]]]:
+    """Registers a family; one unit per family (one chart each), so a matrix that reports in
+    several units is several families of one `group`."""
+
     def register(build: Callable[[Scale], list[Workload]]) -> Callable[[Scale], list[Workload]]:
         if any(f.name == name for f in FAMILIES):
             raise ValueError(f"workload family {name!r} registered twice")
-        FAMILIES.append(Family(name, title, unit, build))
+        FAMILIES.append(Family(name, title, unit, build, group or name))
         return build
 
     return register
@@ -112,7 +126,8 @@ def family_of(name: str) -> Family:
 
 
 def select(workloads: list[Workload], patterns: list[str] | None, smoke_only: bool) -> list[Workload]:
-    """--only takes names, family names or shell patterns (`rand-*`); order stays the registry's."""
+    """--only takes names, family or group names, or shell patterns (`rand-*`); order stays the
+    registry's."""
     chosen = [w for w in workloads if w.smoke] if smoke_only else list(workloads)
     if patterns:
         unknown = [p for p in patterns if not any(_matches(w, p) for w in workloads)]
@@ -123,4 +138,4 @@ def select(workloads: list[Workload], patterns: list[str] | None, smoke_only: bo
 
 
 def _matches(w: Workload, pattern: str) -> bool:
-    return fnmatch.fnmatchcase(w.name, pattern) or w.family == pattern
+    return fnmatch.fnmatchcase(w.name, pattern) or pattern in (w.family, family_of(w.family).group)

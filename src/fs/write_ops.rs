@@ -208,7 +208,15 @@ impl Fs {
 
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         let dir = self.writable_dir(parent)?;
-        let (_, path, kind) = self.resolve(&dir.node, dir.backend.clone(), name).await?;
+        // The kernel looks a name up before unlinking it, so its inode is normally at hand:
+        // no HEAD and LIST to learn again what it is.
+        let (path, kind) = match self.known_child(parent, name) {
+            Some(known) => known,
+            None => {
+                let (_, path, kind) = self.resolve(&dir.node, dir.backend.clone(), name).await?;
+                (path, kind)
+            }
+        };
         if matches!(kind, ChildKind::Dir) {
             return Err(FsError::IsADirectory);
         }
@@ -290,6 +298,13 @@ impl Fs {
         lock(&self.inodes).remove_name(parent, name);
         self.invalidate_entry(parent, name);
         Ok(())
+    }
+
+    /// The path and kind of `name` in `parent` if the kernel holds an inode for it.
+    fn known_child(&self, parent: u64, name: &str) -> Option<(String, ChildKind)> {
+        let inodes = lock(&self.inodes);
+        let node = inodes.get(inodes.child(parent, name)?)?;
+        Some((node.path.clone(), node.kind.clone()))
     }
 
     /// Whether the kernel holds `name` in `parent` as a directory.

@@ -4,21 +4,9 @@
 
 mod common;
 
-use common::{Garage, MsfsMount, config_yaml_with, read_direct, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml_with, pattern, read_direct, s3_backend_yaml};
 
 const MIB: usize = 1 << 20;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
 
 fn mount_with_cache(garage: &Garage, bucket: &str, storage: &str, lines: u32) -> MsfsMount {
     let cache = format!(

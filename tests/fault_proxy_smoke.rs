@@ -15,24 +15,11 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 
-use common::Garage;
 use common::fault_proxy::{Fault, FaultPlan, FaultProxy, Match, S3Op, seed_from_env};
 use common::garage::error_text;
+use common::{Garage, pattern};
 
 const BUCKET: &str = "faults";
-
-/// `len` bytes of a non-repeating pattern (xorshift64), different per `seed`.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state.to_le_bytes()[0]
-        })
-        .collect()
-}
 
 fn start() -> (Garage, FaultProxy) {
     let garage = Garage::start();

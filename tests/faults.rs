@@ -6,32 +6,14 @@
 mod common;
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fault_proxy::{Fault, FaultPlan, FaultProxy, seed_from_env};
-use common::{Garage, MsfsMount, config_yaml_with, read_direct};
+use common::{Garage, MsfsMount, config_yaml_with, pattern, read_direct, wait_until};
 
 const MIB: usize = 1 << 20;
-
-/// Cheap, position-dependent bytes: a shifted or misplaced block never matches.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 8);
-    let mut i = 0u64;
-    while out.len() < len {
-        out.extend_from_slice(&(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed).to_le_bytes());
-        i += 1;
-    }
-    out.truncate(len);
-    out
-}
-
-async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+/// How long background commits under faults may take to land.
+const LANDING: Duration = Duration::from_secs(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_writes_are_correct_under_ten_percent_injected_faults() {
@@ -88,7 +70,7 @@ async fn reads_and_writes_are_correct_under_ten_percent_injected_faults() {
     assert!(stats.faults() > 0, "faults were injected: {stats:?}");
 
     proxy.pass_through();
-    wait_until("every small file landed", async || {
+    wait_until("every small file landed", LANDING, async || {
         let keys = garage.list_keys("faults", "small/").await;
         // The directory's own marker ("small/") is listed too.
         keys.iter().filter(|k| k.as_str() != "small/").count() == 1000
@@ -134,7 +116,7 @@ async fn a_daemon_killed_mid_write_leaves_no_partial_object_and_its_uploads_can_
             }
         }
     });
-    wait_until("parts were streamed", async || {
+    wait_until("parts were streamed", LANDING, async || {
         garage.s3_requests("UploadPart") >= parts_before + 2
     })
     .await;

@@ -10,23 +10,8 @@ use std::process::Command;
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use common::{Garage, MsfsMount, config_yaml, config_yaml_with, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml, config_yaml_with, pattern, s3_backend_yaml};
 use futures::StreamExt;
-
-/// Deterministic bytes, different for each seed, so any range can be checked.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) as u8
-        })
-        .collect()
-}
 
 fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd).args(args).output().expect("run command");

@@ -4,10 +4,13 @@
 mod common;
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fault_proxy::{Fault, FaultPlan, FaultProxy, Match, S3Op};
-use common::{Garage, MsfsMount, config_yaml_with};
+use common::{Garage, MsfsMount, config_yaml_with, wait_until};
+
+/// How long a retried commit may take to land once the store is back.
+const LANDING: Duration = Duration::from_secs(90);
 
 /// A writable backend through `proxy`, retrying fast so that a failed commit attempt (ten
 /// tries) takes well under a second.
@@ -17,14 +20,6 @@ fn mount_through(proxy: &FaultProxy, garage: &Garage, bucket: &str) -> MsfsMount
         proxy.s3_backend_yaml("data", bucket, "", garage)
     );
     MsfsMount::start(&config_yaml_with("", &[backend]), "yaml").expect("mount")
-}
-
-async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,7 +36,7 @@ async fn a_failed_background_commit_is_reported_to_fsync_once_and_lands_after_re
     std::fs::write(&path, b"do not lose me").expect("write and close succeed");
     // One commit attempt is ten tries; an eleventh failure means the background retry loop
     // has recorded the first attempt's failure and gone round again.
-    wait_until("the commit failed and was retried", async || {
+    wait_until("the commit failed and was retried", LANDING, async || {
         proxy.stats().errors >= 11
     })
     .await;
@@ -60,7 +55,7 @@ async fn a_failed_background_commit_is_reported_to_fsync_once_and_lands_after_re
     assert_eq!(err.raw_os_error(), Some(libc::EIO));
 
     proxy.pass_through();
-    wait_until("the retry landed the data", async || {
+    wait_until("the retry landed the data", LANDING, async || {
         garage.try_get_object("faulty", "precious").await.as_deref() == Some(b"do not lose me")
     })
     .await;
@@ -95,8 +90,10 @@ async fn with_flush_on_close_a_failing_store_fails_the_close_and_keeps_the_data(
         Some(libc::EIO)
     );
     proxy.pass_through();
-    wait_until("the background retry landed the data", async || {
-        garage.try_get_object("close-fails", "f").await.as_deref() == Some(b"kept")
-    })
+    wait_until(
+        "the background retry landed the data",
+        LANDING,
+        async || garage.try_get_object("close-fails", "f").await.as_deref() == Some(b"kept"),
+    )
     .await;
 }

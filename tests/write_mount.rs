@@ -7,23 +7,11 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Garage, MsfsMount, config_yaml_with, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml_with, pattern, s3_backend_yaml, wait_until};
 
 const MIB: usize = 1 << 20;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
 
 /// A writable backend `data` over `bucket`, with `extra` backend keys (4-space indented lines)
 /// and `top` top-level keys.
@@ -39,20 +27,15 @@ fn mount(garage: &Garage, bucket: &str, extra: &str) -> MsfsMount {
     MsfsMount::start(&writable_config(garage, bucket, "", extra), "yaml").expect("mount")
 }
 
-/// Polls (bounded) until the store holds `key` with exactly `body`: background commits land
+/// Waits (bounded) until the store holds `key` with exactly `body`: background commits land
 /// shortly after close.
 async fn eventually_stored(garage: &Garage, bucket: &str, key: &str, body: &[u8]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if garage.try_get_object(bucket, key).await.as_deref() == Some(body) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} never reached the store with the written bytes"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        &format!("{key} reached the store with the written bytes"),
+        Duration::from_secs(60),
+        async || garage.try_get_object(bucket, key).await.as_deref() == Some(body),
+    )
+    .await;
 }
 
 fn run(cmd: &mut Command) {
@@ -277,11 +260,12 @@ async fn an_unlinked_open_file_is_readable_until_closed() {
     file.read_to_end(&mut body).expect("read after unlink");
     assert_eq!(body, b"still readable");
     drop(file);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while garage.try_get_object("unlinked", "f").await.is_some() {
-        assert!(Instant::now() < deadline, "deleted at the last close");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "the object is deleted at the last close",
+        Duration::from_secs(30),
+        async || garage.try_get_object("unlinked", "f").await.is_none(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

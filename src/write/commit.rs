@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::extents::Extents;
-use super::file::{DirtyFile, Target, Upload, UploadedPart, View};
+use super::file::{DirtyFile, State, Target, Upload, UploadedPart, View};
 use super::plan::{self, PlannedPart, Source};
 use super::{Inner, Piece, WriteError, read_plan};
 use crate::cache::ObjectVersion;
@@ -30,6 +30,17 @@ struct Snapshot {
 }
 
 impl Snapshot {
+    fn of(state: &State) -> Snapshot {
+        Snapshot {
+            generation: state.generation,
+            size: state.size,
+            base: state.base.clone(),
+            base_len: state.base_len,
+            dirty: state.dirty.clone(),
+            spill: state.spill.clone(),
+        }
+    }
+
     /// Bytes `range` of the snapshot, built from the spill file, the base object and zeros.
     async fn bytes(
         &self,
@@ -82,17 +93,7 @@ pub(super) async fn commit_once(
             return Ok(());
         }
         state.low_water = state.size;
-        (
-            Snapshot {
-                generation: state.generation,
-                size: state.size,
-                base: state.base.clone(),
-                base_len: state.base_len,
-                dirty: state.dirty.clone(),
-                spill: state.spill.clone(),
-            },
-            state.upload.clone(),
-        )
+        (Snapshot::of(&state), state.upload.clone())
     };
     let target = &file.target;
     let started = Instant::now();
@@ -479,14 +480,7 @@ async fn stream_part(
     // The generation is noted before the bytes are read (see `file`'s module doc).
     let snapshot = {
         let state = file.state();
-        Snapshot {
-            generation: state.generation,
-            size: state.size,
-            base: state.base.clone(),
-            base_len: state.base_len,
-            dirty: state.dirty.clone(),
-            spill: state.spill.clone(),
-        }
+        Snapshot::of(&state)
     };
     if range.end > snapshot.size {
         return Ok(()); // truncated meanwhile

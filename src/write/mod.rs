@@ -373,10 +373,7 @@ impl WriteEngine {
     /// Commits the file now and waits for the store to acknowledge it (close with
     /// `flush_on_close`). On failure the data stays dirty and a background retry is scheduled.
     pub async fn commit(&self, file: &Arc<DirtyFile>) -> Result<(), WriteError> {
-        let result = {
-            let _slot = self.inner.commit_slots.acquire().await;
-            commit::commit_once(&self.inner, file).await
-        };
+        let result = self.inner.commit_in_slot(file).await;
         if result.is_err() {
             self.commit_in_background(file);
         }
@@ -410,10 +407,7 @@ impl WriteEngine {
         tokio::spawn(async move {
             let mut delay = RETRY_FIRST;
             loop {
-                let result = {
-                    let _slot = inner.commit_slots.acquire().await;
-                    commit::commit_once(&inner, &file).await
-                };
+                let result = inner.commit_in_slot(&file).await;
                 let again = {
                     let mut state = file.state();
                     match &result {
@@ -455,10 +449,7 @@ impl WriteEngine {
             if !file.is_dirty() {
                 continue;
             }
-            let result = {
-                let _slot = self.inner.commit_slots.acquire().await;
-                commit::commit_once(&self.inner, &file).await
-            };
+            let result = self.inner.commit_in_slot(&file).await;
             if let Err(e) = result {
                 failed.push((file.target.clone(), e));
             }
@@ -473,6 +464,12 @@ impl WriteEngine {
 }
 
 impl Inner {
+    /// Commits `file` once, on one of the `write_commit_workers` slots.
+    async fn commit_in_slot(self: &Arc<Self>, file: &Arc<DirtyFile>) -> Result<(), WriteError> {
+        let _slot = self.commit_slots.acquire().await;
+        commit::commit_once(self, file).await
+    }
+
     fn files(&self) -> MutexGuard<'_, HashMap<(String, String), Arc<DirtyFile>>> {
         self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }

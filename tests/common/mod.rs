@@ -58,6 +58,36 @@ pub fn config_yaml_with(top_level: &str, backends: &[String]) -> String {
     text
 }
 
+/// `len` deterministic bytes, different for each `seed` and never repeating with a period a
+/// cache line or part could align with: a misplaced, shifted or stale block never matches.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    let mut i = 0u64;
+    while out.len() < len {
+        out.extend_from_slice(&(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed).to_le_bytes());
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// Polls `done` until it holds, failing the test after `limit`: for effects that land in the
+/// background (a commit after close), never as a timing assertion.
+pub async fn wait_until(
+    what: &str,
+    limit: std::time::Duration,
+    mut done: impl AsyncFnMut() -> bool,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// `s` as a YAML double-quoted scalar, so any bucket, prefix or secret survives.
 pub fn yaml_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

@@ -17,7 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::config::{BackendConfig, Config};
 use crate::engines::Engines;
 use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
-use crate::store::{InstrumentedStore, ObjectStore, StoreError, open_store};
+use crate::store::{InstrumentedStore, ListRequest, ObjectStore, StoreError, open_store};
 use crate::telemetry::{Metrics, serve_metrics};
 use session::{MountedSession, SessionOptions};
 
@@ -169,7 +169,7 @@ pub(crate) async fn open_store_checked(
         config.trace_level,
     );
     store
-        .list(&config.prefix, Some("/"), None, Some(1))
+        .list(&ListRequest::delimited(&config.prefix).max_keys(Some(1)))
         .await
         .map_err(fail)?;
     Ok(store)

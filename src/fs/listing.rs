@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use super::backend::BackendSettings;
-use crate::store::{ObjectMeta, StoreError};
+use crate::store::{ListRequest, ObjectMeta, StoreError};
 
 /// The longest name most Linux filesystems and tools accept.
 pub const NAME_MAX: usize = 255;
@@ -68,7 +68,11 @@ pub async fn list_dir(
     loop {
         let page = backend
             .store
-            .list(&prefix, Some("/"), token, backend.page_size)
+            .list(
+                &ListRequest::delimited(&prefix)
+                    .continuing(token)
+                    .max_keys(backend.page_size),
+            )
             .await?;
         for common in &page.common_prefixes {
             let name = common
@@ -99,11 +103,8 @@ pub async fn list_dir(
 /// it, in parallel.
 pub async fn probe(backend: &BackendSettings, path: &str) -> Result<Option<ChildKind>, StoreError> {
     let key = backend.key_of(path);
-    let dir_prefix = backend.dir_prefix_of(path);
-    let (head, below) = tokio::join!(
-        backend.store.head(&key),
-        backend.store.list(&dir_prefix, Some("/"), None, Some(1))
-    );
+    let below = ListRequest::delimited(backend.dir_prefix_of(path)).max_keys(Some(1));
+    let (head, below) = tokio::join!(backend.store.head(&key), backend.store.list(&below));
     let below = below?;
     if !below.objects.is_empty() || !below.common_prefixes.is_empty() {
         return Ok(Some(ChildKind::Dir));

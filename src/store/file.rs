@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    CompletedPart, ListPage, ObjectMeta, ObjectStore, PendingUpload, PutResult, Result, StoreError,
+    CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload, PutResult,
+    Result, StoreError,
 };
 
 /// Multipart uploads are staged here, under the root so that completing one is a rename within
@@ -274,28 +275,25 @@ impl ObjectStore for FileStore {
         out.ok_or(changed)
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        continuation: Option<String>,
-        max_keys: Option<u32>,
-    ) -> Result<ListPage> {
-        if delimiter.is_some_and(|d| d != "/") {
-            return Err(StoreError::Setup(
-                "the file store only lists with delimiter \"/\"".into(),
-            ));
-        }
+    async fn list(&self, request: &ListRequest) -> Result<ListPage> {
         let root = self.root.clone();
-        let owned_prefix = prefix.to_string();
-        let delimited = delimiter.is_some();
-        let entries = Self::blocking("list", prefix, move || {
+        let owned_prefix = request.prefix.clone();
+        let delimited = request.delimited;
+        let entries = Self::blocking("list", &request.prefix, move || {
             collect_entries(&root, &owned_prefix, delimited)
         })
         .await?;
-        let limit = max_keys.map_or(DEFAULT_PAGE, |m| (m as usize).max(1));
-        let start = match &continuation {
-            Some(after) => entries.partition_point(|e| e.key() <= after.as_str()),
+        let limit = request
+            .max_keys
+            .map_or(DEFAULT_PAGE, |m| (m as usize).max(1));
+        // A continuation token is the last key of the previous page, so both it and
+        // `start_after` mean "strictly after this key".
+        let start = match request
+            .continuation
+            .as_deref()
+            .max(request.start_after.as_deref())
+        {
+            Some(after) => entries.partition_point(|e| e.key() <= after),
             None => 0,
         };
         let mut page = ListPage::default();
@@ -515,11 +513,24 @@ mod tests {
     #[tokio::test]
     async fn delimited_listing_shows_files_and_subdirectories_in_key_order() {
         let (_dir, store) = store_with(&[("b.txt", b"b"), ("a/x", b"x"), ("c/d/e", b"e")]);
-        let page = store.list("", Some("/"), None, None).await.expect("list");
+        let page = store.list(&ListRequest::delimited("")).await.expect("list");
         let keys: Vec<_> = page.objects.iter().map(|o| o.key.as_str()).collect();
         assert_eq!(keys, ["b.txt"]);
         assert_eq!(page.common_prefixes, ["a/", "c/"]);
         assert!(page.next.is_none());
+    }
+
+    #[tokio::test]
+    async fn flat_listing_starts_strictly_after_the_given_key() {
+        let (_dir, store) =
+            store_with(&[("d/a", b"a"), ("d/b", b"b"), ("d/c/x", b"x"), ("e", b"e")]);
+        let page = store
+            .list(&ListRequest::flat("d/").after("d/b"))
+            .await
+            .expect("list");
+        let keys: Vec<_> = page.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["d/c/x"]);
+        assert!(page.common_prefixes.is_empty());
     }
 
     #[tokio::test]
@@ -536,7 +547,11 @@ mod tests {
         let mut token = None;
         loop {
             let page = store
-                .list("d/", Some("/"), token, Some(10))
+                .list(
+                    &ListRequest::delimited("d/")
+                        .continuing(token)
+                        .max_keys(Some(10)),
+                )
                 .await
                 .expect("list");
             seen.extend(page.objects.into_iter().map(|o| o.key));
@@ -589,7 +604,7 @@ mod tests {
             .expect("complete");
         let body = store.get_range("out", 0..100, None).await.expect("get");
         assert_eq!(&body[..], b"XYefgh");
-        let page = store.list("", Some("/"), None, None).await.expect("list");
+        let page = store.list(&ListRequest::delimited("")).await.expect("list");
         assert!(
             page.common_prefixes.is_empty(),
             "{:?}",

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PendingUpload, PutResult, Result,
-    StoreError,
+    ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
+    PutResult, Result, StoreError,
 };
 use crate::telemetry::Metrics;
 
@@ -105,19 +105,9 @@ impl ObjectStore for InstrumentedStore {
         .await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        continuation: Option<String>,
-        max_keys: Option<u32>,
-    ) -> Result<ListPage> {
-        self.timed(
-            "list",
-            prefix,
-            self.inner.list(prefix, delimiter, continuation, max_keys),
-        )
-        .await
+    async fn list(&self, request: &ListRequest) -> Result<ListPage> {
+        self.timed("list", &request.prefix, self.inner.list(request))
+            .await
     }
 
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult> {

@@ -45,6 +45,54 @@ pub struct ObjectMeta {
     pub last_modified: SystemTime,
 }
 
+/// What to list: the keys under `prefix`, in key order, one page at a time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListRequest {
+    pub prefix: String,
+    /// Group keys at the next "/" below the prefix into common prefixes ("sub-directories").
+    pub delimited: bool,
+    /// Only keys (and common prefixes) strictly after this one: lets several listers split one
+    /// huge prefix into key ranges.
+    pub start_after: Option<String>,
+    /// The `next` token of the previous page.
+    pub continuation: Option<String>,
+    /// Page size; the store's default when `None`.
+    pub max_keys: Option<u32>,
+}
+
+impl ListRequest {
+    /// Every key under `prefix`, without grouping.
+    pub fn flat(prefix: impl Into<String>) -> ListRequest {
+        ListRequest {
+            prefix: prefix.into(),
+            ..ListRequest::default()
+        }
+    }
+
+    /// The direct children of `prefix`: objects, and common prefixes ending in "/".
+    pub fn delimited(prefix: impl Into<String>) -> ListRequest {
+        ListRequest {
+            delimited: true,
+            ..ListRequest::flat(prefix)
+        }
+    }
+
+    pub fn after(mut self, key: impl Into<String>) -> ListRequest {
+        self.start_after = Some(key.into());
+        self
+    }
+
+    pub fn continuing(mut self, token: Option<String>) -> ListRequest {
+        self.continuation = token;
+        self
+    }
+
+    pub fn max_keys(mut self, max_keys: Option<u32>) -> ListRequest {
+        self.max_keys = max_keys;
+        self
+    }
+}
+
 /// One page of a (possibly delimited) listing.
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
@@ -112,14 +160,8 @@ pub trait ObjectStore: Send + Sync + Debug {
         Ok(bytes.len() as u64)
     }
 
-    /// One page of the keys under `prefix`, at most `max_keys` (store default when `None`).
-    async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        continuation: Option<String>,
-        max_keys: Option<u32>,
-    ) -> Result<ListPage>;
+    /// One page of the listing `request` describes.
+    async fn list(&self, request: &ListRequest) -> Result<ListPage>;
 
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult>;
 

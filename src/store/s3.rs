@@ -15,8 +15,8 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, ObjectIdentifier};
 use bytes::Bytes;
 
 use super::{
-    ChunkSink, CompletedPart, ListPage, ObjectMeta, ObjectStore, PendingUpload, PutResult, Result,
-    RetryPolicy, StoreError,
+    ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
+    PutResult, Result, RetryPolicy, StoreError,
 };
 
 /// S3 caps one DeleteObjects request at this many keys.
@@ -278,13 +278,8 @@ impl ObjectStore for S3Store {
             .await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        continuation: Option<String>,
-        max_keys: Option<u32>,
-    ) -> Result<ListPage> {
+    async fn list(&self, request: &ListRequest) -> Result<ListPage> {
+        let prefix = request.prefix.as_str();
         let out = self
             .retry
             .run("list", prefix, || async {
@@ -292,9 +287,10 @@ impl ObjectStore for S3Store {
                     .list_objects_v2()
                     .bucket(&self.bucket)
                     .prefix(prefix)
-                    .set_delimiter(delimiter.map(str::to_string))
-                    .set_continuation_token(continuation.clone())
-                    .set_max_keys(max_keys.map(|m| m.min(i32::MAX as u32) as i32))
+                    .set_delimiter(request.delimited.then(|| "/".to_string()))
+                    .set_start_after(request.start_after.clone())
+                    .set_continuation_token(request.continuation.clone())
+                    .set_max_keys(request.max_keys.map(|m| m.min(i32::MAX as u32) as i32))
                     .send()
                     .await
                     .map_err(|e| self.classify("list", prefix, e))

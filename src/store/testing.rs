@@ -11,8 +11,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{
-    ChunkSink, CompletedPart, FileStore, ListPage, ObjectMeta, ObjectStore, PendingUpload,
-    PutResult, Result as StoreResult, StoreError,
+    ChunkSink, CompletedPart, FileStore, ListPage, ListRequest, ObjectMeta, ObjectStore,
+    PendingUpload, PutResult, Result as StoreResult, StoreError,
 };
 
 /// A store that forwards to a [`FileStore`], counts every call by operation, records every
@@ -172,16 +172,8 @@ impl ObjectStore for TestStore {
         Ok(body.len() as u64)
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        continuation: Option<String>,
-        max_keys: Option<u32>,
-    ) -> StoreResult<ListPage> {
-        self.inner
-            .list(prefix, delimiter, continuation, max_keys)
-            .await
+    async fn list(&self, request: &ListRequest) -> StoreResult<ListPage> {
+        self.inner.list(request).await
     }
 
     async fn put(&self, key: &str, body: Bytes) -> StoreResult<PutResult> {

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod engines;
 pub mod fs;
 pub mod fuse;
+pub mod manifest;
 pub mod private_dir;
 pub mod store;
 pub mod telemetry;

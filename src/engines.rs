@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::cache::{CacheError, DirectReader, LineCache, ObjectReader};
 use crate::config::Config;
+use crate::manifest::registry::Manifests;
 use crate::telemetry::{Metrics, TelemetryError};
 use crate::write::{WriteConfig, WriteEngine, WriteError};
 
@@ -21,6 +22,8 @@ pub struct Engines {
     pub writes: WriteEngine,
     /// The process's one metrics registry.
     pub metrics: Arc<Metrics>,
+    /// Manifests in use, each opened once and shared by every mount of it.
+    pub manifests: Manifests,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +58,7 @@ impl Engines {
             cache: Some(cache),
             writes,
             metrics,
+            manifests: Manifests::new(),
         })
     }
 
@@ -69,6 +73,7 @@ impl Engines {
             cache: None,
             writes,
             metrics,
+            manifests: Manifests::new(),
         })
     }
 }

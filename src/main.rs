@@ -77,6 +77,33 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// List a backend's whole namespace once, in parallel, into a manifest directory that a
+    /// mount with `manifest_path` serves lookups and listings from without LIST requests.
+    /// Needed before mounting a writable backend with a manifest (mounts generate one
+    /// themselves only for read-only backends). Lists through the backend named by its
+    /// AIStore `manifest_gen_backend`, when set.
+    GenerateManifest(GenerateManifestArgs),
+}
+
+#[derive(clap::Args)]
+struct GenerateManifestArgs {
+    /// Configuration file; same search path as `mount`.
+    config: Option<PathBuf>,
+    /// The backend (`dir_name`) whose namespace to list.
+    #[arg(long)]
+    backend: String,
+    /// Directory to write the manifest into (usually the backend's `manifest_path`).
+    #[arg(long)]
+    output: PathBuf,
+    /// Concurrent listers. Default: the backend's `manifest_gen_workers`.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    workers: Option<u32>,
+    /// Where to build the manifest before moving it into place. Default: beside --output.
+    #[arg(long)]
+    temp_dir: Option<PathBuf>,
+    /// Replace a manifest (or anything else) already in --output.
+    #[arg(long)]
+    force: bool,
 }
 
 fn init_logging(format: LogFormat) {
@@ -180,6 +207,65 @@ fn abort_uploads(
     })
 }
 
+fn generate_manifest(args: GenerateManifestArgs) -> Result<(), String> {
+    use msfs::manifest::generate::{GenerateOptions, generate, listing_backend};
+    use msfs::manifest::progress::rate;
+
+    let config = load_config(args.config)?;
+    let Some(backend) = config.backends.iter().find(|b| b.dir_name == args.backend) else {
+        let names: Vec<&str> = config
+            .backends
+            .iter()
+            .map(|b| b.dir_name.as_str())
+            .collect();
+        return Err(format!(
+            "{}: no backend named {:?} (backends: {})",
+            config.source.display(),
+            args.backend,
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ));
+    };
+    let listing = listing_backend(&config.backends, backend).map_err(|e| e.to_string())?;
+    let mut options = GenerateOptions::from_backend(backend);
+    options.page_size = (listing.directory_page_size > 0).then_some(listing.directory_page_size);
+    if let Some(workers) = args.workers {
+        options.workers = workers as usize;
+    }
+    options.temp_dir = args.temp_dir;
+    options.overwrite = args.force;
+    let through = if listing.dir_name == backend.dir_name {
+        String::new()
+    } else {
+        format!(" through backend {}", listing.dir_name)
+    };
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let store = msfs::store::open_store(listing)
+            .await
+            .map_err(|e| format!("backend {}: {e}", listing.dir_name))?;
+        let started = std::time::Instant::now();
+        let info = generate(store, &listing.bucket, &listing.prefix, &args.output, &options)
+            .await
+            .map_err(|e| format!("backend {}{through}: {e}", backend.dir_name))?;
+        let elapsed = started.elapsed();
+        println!(
+            "{}: manifest of backend {}{through}: {} objects, {} directories, {} bytes in {:.1}s ({} objects/s)",
+            args.output.display(),
+            backend.dir_name,
+            info.totals.objects,
+            info.totals.directories,
+            info.totals.bytes,
+            elapsed.as_secs_f64(),
+            rate(info.totals.objects, elapsed),
+        );
+        Ok(())
+    })
+}
+
 #[derive(clap::Args)]
 struct CsiArgs {
     /// The gRPC endpoint kubelet and the registrar use: unix:///ABSOLUTE/PATH. Its directory is
@@ -254,6 +340,7 @@ fn main() -> ExitCode {
                 older_than_hours,
                 dry_run,
             }) => abort_uploads(config, backend, older_than_hours, dry_run),
+            Some(Command::GenerateManifest(args)) => generate_manifest(args),
         }
     };
     match result {

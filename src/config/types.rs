@@ -141,7 +141,7 @@ pub enum BackendKind {
     File,
     /// An in-memory store, for tests and demos.
     Ram(RamConfig),
-    /// A generated, read-only tree of zero-filled files, for benchmarks.
+    /// A generated, read-only tree whose files hold a verifiable pattern, for scale tests.
     Pseudo(PseudoConfig),
 }
 
@@ -247,7 +247,7 @@ pub struct PseudoConfig {
     pub file_name_format: String,
     pub dir_starting_number: u64,
     pub file_starting_number: u64,
-    /// Size of every file in bytes (contents are zeroes).
+    /// Size of every file in bytes (contents: `store::pseudo_fill`, a pattern of key and offset).
     pub file_size: u64,
     /// Files per directory at depth 0 (the backend root) to 3.
     pub files_at_depth: [u32; 4],

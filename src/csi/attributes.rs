@@ -18,6 +18,8 @@ use crate::config::{self, BackendConfig, ConfigError};
 
 /// The service-account tokens kubelet passes when the CSIDriver asks for them.
 pub const TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
+/// Set by the kubelet to "true" on inline volumes declared in a pod spec.
+pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
 
 /// Attributes that describe one backend; also the keys of each `backendsJson` entry.
 const BACKEND_KEYS: [&str; 14] = [
@@ -121,6 +123,19 @@ impl VolumeAttributes {
                 (vec![backend], root)
             }
         };
+        // An inline volume is written by whoever writes the pod; `manifestPath` is a directory
+        // of the (privileged) plugin's node filesystem, which only an administrator may pick.
+        if context.get(EPHEMERAL_KEY).map(String::as_str) == Some("true")
+            && let Some(backend) = backends
+                .iter()
+                .find(|b| b.values.contains_key("manifestPath"))
+        {
+            return Err(CsiError::invalid(
+                format!("{}manifestPath", backend.label),
+                "not allowed on an inline (ephemeral) volume: it names a directory on the node; \
+                 use a PersistentVolume",
+            ));
+        }
         Ok(VolumeAttributes {
             backends,
             backend_is_root,
@@ -384,4 +399,42 @@ fn v1_entry(
     }
     entry.insert((*ty).to_string(), Value::Object(store));
     Ok(entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn an_inline_volume_may_not_name_a_manifest_directory_on_the_node() {
+        let persistent = context(&[("bucketName", "b"), ("manifestPath", "/var/lib/m")]);
+        assert!(VolumeAttributes::parse(&persistent).is_ok());
+        let mut inline = persistent.clone();
+        inline.insert(EPHEMERAL_KEY.into(), "true".into());
+        let error = VolumeAttributes::parse(&inline)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("manifestPath") && error.contains("inline"),
+            "{error}"
+        );
+        let inline_json = context(&[
+            (EPHEMERAL_KEY, "true"),
+            (
+                "backendsJson",
+                r#"[{"dirName":"a","bucketName":"b","manifestPath":"/etc"}]"#,
+            ),
+        ]);
+        let error = VolumeAttributes::parse(&inline_json)
+            .expect_err("refused")
+            .to_string();
+        assert!(error.contains("manifestPath"), "{error}");
+    }
 }

@@ -14,14 +14,14 @@ use std::time::{Duration, SystemTime};
 
 use tokio::runtime::Handle;
 
-use super::credentials::Keys;
+use super::credentials::{AuthSettings, AuthSource, Keys};
 use super::error::CsiError;
 use super::mounts;
 use super::request::PublishArgs;
 use crate::config::BackendConfig;
 use crate::daemon::mountpoint;
 use crate::daemon::session::{MountedSession, SessionOptions};
-use crate::daemon::{DaemonError, open_store_checked};
+use crate::daemon::{DaemonError, open_backend_settings, open_store_checked};
 use crate::engines::Engines;
 use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
 
@@ -70,12 +70,21 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn credential_source(secrets: &HashMap<String, String>, context: &HashMap<String, String>) -> u64 {
+/// What the volume's credentials are derived from: a change means a republish must renew
+/// them. The service-account token counts only for volumes that authenticate with it, so that
+/// its rotation (every republish, with `requiresRepublish`) does not re-open every volume.
+fn credential_source(
+    auth: &AuthSettings,
+    secrets: &HashMap<String, String>,
+    context: &HashMap<String, String>,
+) -> u64 {
     let mut pairs: Vec<(&String, &String)> = secrets.iter().collect();
     pairs.sort();
     let mut hasher = DefaultHasher::new();
     pairs.hash(&mut hasher);
-    context.get(super::attributes::TOKENS_KEY).hash(&mut hasher);
+    if auth.source == AuthSource::Pod {
+        context.get(super::attributes::TOKENS_KEY).hash(&mut hasher);
+    }
     hasher.finish()
 }
 
@@ -121,7 +130,7 @@ impl Volumes {
     ) -> Result<(), CsiError> {
         let volume_lock = self.volume_lock(&args.volume_id);
         let _serialized = volume_lock.lock().await;
-        let source = credential_source(secrets, context);
+        let source = credential_source(&args.attributes.auth, secrets, context);
         let renew = {
             let published = lock(&self.published);
             match published.get(&args.target) {
@@ -257,15 +266,12 @@ impl Volumes {
         &self,
         configs: &[BackendConfig],
     ) -> Result<Vec<Arc<Backend>>, CsiError> {
-        let metrics = &self.engines.metrics;
+        let engines = &self.engines;
         let opened = futures::future::join_all(configs.iter().map(|config| async move {
-            let store = open_store_checked(config, metrics)
+            let settings = open_backend_settings(config, configs, engines)
                 .await
                 .map_err(backend_error)?;
-            Ok::<_, CsiError>(Arc::new(Backend::new(
-                &config.dir_name,
-                BackendSettings::new(config, store),
-            )))
+            Ok::<_, CsiError>(Arc::new(Backend::new(&config.dir_name, settings)))
         }))
         .await;
         opened.into_iter().collect()
@@ -306,7 +312,9 @@ impl Volumes {
         }
         for (config, store) in configs.iter().zip(stores) {
             if let Some(backend) = fs.backend(&config.dir_name) {
-                backend.replace(BackendSettings::new(config, store));
+                // New credentials, same namespace: the manifest in use stays.
+                let manifest = backend.settings().manifest.clone();
+                backend.replace(BackendSettings::new(config, store, manifest));
             }
         }
         if let Some(published) = lock(&self.published).get_mut(&args.target) {

@@ -4,6 +4,7 @@
 //! the mount with a clear message instead of surfacing later as EIO), mounts, serves until the
 //! mount goes away (`umount`, SIGTERM or SIGINT), and exits cleanly.
 
+mod bootstrap;
 pub mod helper;
 pub mod mountpoint;
 pub mod reload;
@@ -28,6 +29,12 @@ pub enum DaemonError {
         dir_name: String,
         #[source]
         source: StoreError,
+    },
+    #[error("backend {dir_name}: {source}")]
+    Manifest {
+        dir_name: String,
+        #[source]
+        source: crate::manifest::namespace::ManifestError,
     },
     #[error("{0}")]
     Mountpoint(String),
@@ -54,7 +61,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         .map_err(DaemonError::Runtime)?;
     let engines = Engines::from_config(&config).map_err(DaemonError::Engines)?;
     let metrics = engines.metrics.clone();
-    let backends = runtime.block_on(open_backends(&config.backends, &metrics))?;
+    let backends = runtime.block_on(open_backends(&config.backends, &engines))?;
     metrics.set_mounted_backends(backends.len());
     // Held until the daemon exits; the endpoint stops with it.
     let _metrics_server = match &config.metrics_endpoint {
@@ -76,7 +83,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     let backend_count = backends.len();
     let engines_cache = engines.cache.clone();
     let writes = engines.writes.clone();
-    let fs = Arc::new(Fs::new(options, engines, backends));
+    let fs = Arc::new(Fs::new(options, engines.clone(), backends));
     let fs_for_reload = fs.clone();
     let mut session = MountedSession::start(
         fs,
@@ -91,7 +98,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     let mut reloader = reload::Reloader::new(
         config.clone(),
         fs_for_reload,
-        metrics.clone(),
+        engines.clone(),
         session.notifier(),
     );
     let done_rx = session
@@ -129,27 +136,34 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
 /// configured credentials. All backends are checked concurrently.
 pub(crate) async fn open_backends(
     configs: &[BackendConfig],
-    metrics: &Arc<Metrics>,
+    engines: &Engines,
 ) -> Result<Vec<Arc<Backend>>, DaemonError> {
-    let opened = futures::future::join_all(configs.iter().map(|c| open_backend(c, metrics))).await;
+    let opened = futures::future::join_all(configs.iter().map(|config| async move {
+        let settings = open_backend_settings(config, configs, engines).await?;
+        Ok(Arc::new(Backend::new(&config.dir_name, settings)))
+    }))
+    .await;
     opened.into_iter().collect()
 }
 
-async fn open_backend(
+/// Everything a backend (one of `siblings`, the backends configured with it) needs to be
+/// served: its store (checked) and, when it has one, its manifest (generated first if a
+/// read-only backend's `manifest_path` holds none).
+pub(crate) async fn open_backend_settings(
     config: &BackendConfig,
-    metrics: &Arc<Metrics>,
-) -> Result<Arc<Backend>, DaemonError> {
-    let store = open_store_checked(config, metrics).await?;
-    if !config.readonly {
-        tracing::warn!(
-            backend = %config.dir_name,
-            "readonly: false is not supported yet (the write engine is not built); serving read-only"
-        );
-    }
-    Ok(Arc::new(Backend::new(
-        &config.dir_name,
-        BackendSettings::new(config, store),
-    )))
+    siblings: &[BackendConfig],
+    engines: &Engines,
+) -> Result<BackendSettings, DaemonError> {
+    let store = open_store_checked(config, &engines.metrics).await?;
+    let manifest = bootstrap::manifest_for(
+        config,
+        siblings,
+        &store,
+        &engines.manifests,
+        &engines.metrics,
+    )
+    .await?;
+    Ok(BackendSettings::new(config, store, manifest))
 }
 
 /// Opens a backend's store, instrumented, and checks with one small LIST that it answers with

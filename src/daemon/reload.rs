@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use fuser::{INodeNo, Notifier};
 
-use super::open_store_checked;
+use super::open_backend_settings;
 use crate::config::{self, BackendConfig, BackendKind, Config};
-use crate::fs::{Backend, BackendSettings, Fs, ROOT_INO};
-use crate::telemetry::Metrics;
+use crate::engines::Engines;
+use crate::fs::{Backend, Fs, ROOT_INO};
 
 /// What a new configuration changes, by backend.
 #[derive(Debug, Default, PartialEq)]
@@ -73,18 +73,18 @@ pub fn plan(old: &[BackendConfig], new: &[BackendConfig]) -> Plan {
 pub struct Reloader {
     config: Config,
     fs: Arc<Fs>,
-    metrics: Arc<Metrics>,
+    engines: Engines,
     notifier: Notifier,
     /// The last failure reported, so a periodic reload repeats a message only when it changes.
     last_error: Option<String>,
 }
 
 impl Reloader {
-    pub fn new(config: Config, fs: Arc<Fs>, metrics: Arc<Metrics>, notifier: Notifier) -> Reloader {
+    pub fn new(config: Config, fs: Arc<Fs>, engines: Engines, notifier: Notifier) -> Reloader {
         Reloader {
             config,
             fs,
-            metrics,
+            engines,
             notifier,
             last_error: None,
         }
@@ -136,10 +136,10 @@ impl Reloader {
         // Open every new store before changing anything, so a failure leaves nothing half-done.
         let mut opened = Vec::new();
         for b in plan.added.iter().chain(&plan.changed) {
-            let store = open_store_checked(b, &self.metrics)
+            let settings = open_backend_settings(b, &new.backends, &self.engines)
                 .await
                 .map_err(|e| e.to_string())?;
-            opened.push((b, BackendSettings::new(b, store)));
+            opened.push((b, settings));
         }
         warn_about_fixed_settings(&self.config, &new);
         for name in &plan.removed {
@@ -161,7 +161,9 @@ impl Reloader {
             }
         }
         let _ = self.notifier.inval_inode(INodeNo(ROOT_INO), 0, 0);
-        self.metrics.set_mounted_backends(self.fs.backends().len());
+        self.engines
+            .metrics
+            .set_mounted_backends(self.fs.backends().len());
         self.config = Config {
             backends: new.backends.clone(),
             auto_sighup_interval: new.auto_sighup_interval,

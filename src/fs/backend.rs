@@ -7,7 +7,12 @@
 use std::sync::{Arc, RwLock};
 
 use crate::config::BackendConfig;
+use crate::manifest::delta::Change;
+use crate::manifest::format::EntryKind;
+use crate::manifest::namespace::Manifest;
+use crate::manifest::registry::blocking;
 use crate::store::ObjectStore;
+use crate::write::{CommitObserver, Target};
 
 #[derive(Debug)]
 pub struct Backend {
@@ -29,6 +34,9 @@ pub struct BackendSettings {
     pub file_perm: u16,
     /// Keys per LIST request; `None` lets the store choose.
     pub page_size: Option<u32>,
+    /// When set, the namespace comes from this manifest (and its delta log), never from LIST
+    /// or HEAD.
+    pub manifest: Option<Arc<Manifest>>,
 }
 
 impl Backend {
@@ -57,8 +65,13 @@ impl Backend {
 }
 
 impl BackendSettings {
-    pub fn new(config: &BackendConfig, store: Arc<dyn ObjectStore>) -> BackendSettings {
+    pub fn new(
+        config: &BackendConfig,
+        store: Arc<dyn ObjectStore>,
+        manifest: Option<Arc<Manifest>>,
+    ) -> BackendSettings {
         BackendSettings {
+            manifest,
             store,
             prefix: config.prefix.clone(),
             readonly: config.readonly,
@@ -84,5 +97,62 @@ impl BackendSettings {
         } else {
             format!("{}{}/", self.prefix, path)
         }
+    }
+
+    /// Where a file at `path` is committed; commits of a manifest-backed backend are recorded
+    /// in its delta log.
+    pub fn target(&self, backend: &str, path: &str) -> Target {
+        Target {
+            store: self.store.clone(),
+            backend: backend.to_string(),
+            key: self.key_of(path),
+            observer: self.manifest.as_ref().map(|manifest| {
+                Arc::new(DeltaRecorder {
+                    manifest: manifest.clone(),
+                    prefix: self.prefix.clone(),
+                    backend: backend.to_string(),
+                }) as Arc<dyn CommitObserver>
+            }),
+        }
+    }
+
+    /// Records a change the store has already made in the manifest's delta log, if this
+    /// backend has one. The change is visible to this process even if the log cannot be
+    /// written (the error is logged: only a later mount would miss it).
+    pub async fn record(&self, backend: &str, path: &str, change: Change) {
+        if let Some(manifest) = &self.manifest {
+            record(manifest, backend, path, change).await;
+        }
+    }
+}
+
+async fn record(manifest: &Arc<Manifest>, backend: &str, path: &str, change: Change) {
+    let (shared, owned) = (manifest.clone(), path.to_string());
+    if let Err(e) = blocking(move || shared.record(&owned, change)).await {
+        tracing::error!(%backend, path, "cannot record a change in the manifest's delta log: {e}");
+    }
+}
+
+/// Records the commits of one backend's files in its manifest's delta log.
+#[derive(Debug)]
+struct DeltaRecorder {
+    manifest: Arc<Manifest>,
+    prefix: String,
+    backend: String,
+}
+
+#[async_trait::async_trait]
+impl CommitObserver for DeltaRecorder {
+    async fn committed(&self, key: &str, size: u64, etag: &str) {
+        let Some(path) = key.strip_prefix(&self.prefix) else {
+            return;
+        };
+        let kind = EntryKind::File {
+            size,
+            etag: etag.to_string(),
+            // The store's own time would cost a HEAD; the commit just happened.
+            mtime: std::time::SystemTime::now(),
+        };
+        record(&self.manifest, &self.backend, path, Change::Upsert(kind)).await;
     }
 }

@@ -1,5 +1,6 @@
 //! Errors of the filesystem layer and their one mapping to errno.
 
+use crate::manifest::namespace::ManifestError;
 use crate::store::StoreError;
 use crate::write::WriteError;
 
@@ -27,6 +28,12 @@ pub enum FsError {
     },
     #[error(transparent)]
     Write(#[from] WriteError),
+    #[error("backend {backend}: {source}")]
+    Manifest {
+        backend: String,
+        #[source]
+        source: ManifestError,
+    },
     #[error("file exists")]
     Exists,
     #[error("directory not empty")]
@@ -69,6 +76,8 @@ impl FsError {
                 // retried, but the application must learn that it did not land when it should.
                 _ => libc::EIO,
             },
+            // The manifest's local files are unreadable: nothing the application can fix.
+            FsError::Manifest { .. } => libc::EIO,
             FsError::Exists => libc::EEXIST,
             FsError::NotEmpty => libc::ENOTEMPTY,
             FsError::NameTooLong => libc::ENAMETOOLONG,
@@ -86,6 +95,13 @@ fn store_errno(source: &StoreError) -> i32 {
         StoreError::AccessDenied { .. } => libc::EACCES,
         // The object was replaced under an open handle: the handle's version is gone.
         StoreError::Changed { .. } => libc::ESTALE,
+        // A full store (a bounded RAM backend, a full disk under a file backend) and a store that
+        // refuses writes by nature (PSEUDO, a read-only file backend) say so in the error's kind.
+        StoreError::Io { source, .. } => match source.kind() {
+            std::io::ErrorKind::StorageFull => libc::ENOSPC,
+            std::io::ErrorKind::ReadOnlyFilesystem => libc::EROFS,
+            _ => libc::EIO,
+        },
         _ => libc::EIO,
     }
 }

@@ -206,6 +206,7 @@ mod tests {
                 dir_perm: 0o555,
                 file_perm: 0o444,
                 page_size: None,
+                manifest: None,
             },
         );
         (dir, Arc::new(backend))

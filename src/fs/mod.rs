@@ -6,9 +6,11 @@
 //! No lock is held across an await; store calls run on tokio tasks spawned by the adapter.
 
 mod backend;
+mod dir_pages;
 mod error;
 mod inode;
 mod listing;
+mod manifest_listing;
 mod stream;
 mod write_ops;
 
@@ -27,8 +29,11 @@ pub use write_ops::{RenameFlags, SetAttr};
 
 use crate::cache::ObjectVersion;
 use crate::engines::Engines;
+use crate::manifest::delta::Change;
+use crate::manifest::namespace::{Manifest, ManifestError};
 use crate::store::ObjectStore;
 use crate::write::{DirtyFile, DirtyMeta, Target};
+use dir_pages::{DirEntries, ManifestPages};
 use inode::{InodeTable, Node};
 use stream::SequentialDetector;
 
@@ -36,6 +41,8 @@ pub type Result<T> = std::result::Result<T, FsError>;
 
 /// Negative lookups remembered at most; past this the memory is cleared rather than grown.
 const NEGATIVE_CACHE_LIMIT: usize = 65_536;
+/// Entries taken from an open directory at a time while filling one readdir reply.
+const READDIR_CHUNK: usize = 128;
 
 /// Mount-wide settings the filesystem needs.
 #[derive(Debug, Clone)]
@@ -95,17 +102,20 @@ pub struct OpenMode {
     pub truncate: bool,
 }
 
-/// An open directory: a snapshot of its entries, so offsets stay stable while it is read.
+/// An open directory and its entries, by stable offset.
 struct DirHandle {
     ino: u64,
     parent: u64,
-    entries: Arc<Vec<DirEntry>>,
+    entries: DirEntries,
 }
 
 /// An object unlinked while a handle was open on it.
 struct Unlinked {
     ino: u64,
-    store: Arc<dyn ObjectStore>,
+    /// The backend's settings when it was unlinked: its store, and its manifest to record the
+    /// deletion in once it happens.
+    settings: Arc<BackendSettings>,
+    path: String,
 }
 
 struct DirSnapshot {
@@ -228,6 +238,13 @@ impl Fs {
         }
     }
 
+    fn manifest_error(backend: &Backend, source: ManifestError) -> FsError {
+        FsError::Manifest {
+            backend: backend.dir_name.clone(),
+            source,
+        }
+    }
+
     pub fn attr_of(&self, node: &Node) -> Attr {
         match (&node.backend, &node.kind) {
             (None, _) => Attr {
@@ -307,10 +324,13 @@ impl Fs {
         if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
             return Ok((backend, path, pending_kind(file.meta())));
         }
-        let kind = match self.fresh_listing(dir.ino) {
-            Some(children) => children.get(name).cloned(),
-            None if self.recently_missing(dir.ino, name) => None,
-            None => listing::probe(&settings, &path)
+        let kind = match (self.fresh_listing(dir.ino), &settings.manifest) {
+            (Some(children), _) => children.get(name).cloned(),
+            (None, Some(manifest)) => manifest_listing::lookup(manifest, &dir.path, name)
+                .await
+                .map_err(|e| Self::manifest_error(&backend, e))?,
+            (None, None) if self.recently_missing(dir.ino, name) => None,
+            (None, None) => listing::probe(&settings, &path)
                 .await
                 .map_err(|e| Self::store_error(&backend, e))?,
         };
@@ -363,15 +383,28 @@ impl Fs {
         if !from_writes && node.refreshed.elapsed() < self.options.ttl {
             return Ok(node);
         }
-        let head = settings
-            .store
-            .head(&settings.key_of(&node.path))
-            .await
-            .map_err(|e| Self::store_error(backend, e))?;
-        let meta = head.ok_or(FsError::NotFound)?;
+        let kind = match &settings.manifest {
+            // The manifest (with this mount's own commits in its delta log) is the namespace:
+            // asking the store would cost the HEAD it exists to avoid.
+            Some(manifest) => {
+                let (dir, name) = node.path.rsplit_once('/').unwrap_or(("", &node.path));
+                manifest_listing::lookup(manifest, dir, name)
+                    .await
+                    .map_err(|e| Self::manifest_error(backend, e))?
+                    .ok_or(FsError::NotFound)?
+            }
+            None => {
+                let head = settings
+                    .store
+                    .head(&settings.key_of(&node.path))
+                    .await
+                    .map_err(|e| Self::store_error(backend, e))?;
+                ChildKind::File(FileMeta::from(&head.ok_or(FsError::NotFound)?))
+            }
+        };
         let mut inodes = lock(&self.inodes);
         let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
-        node.kind = ChildKind::File(FileMeta::from(&meta));
+        node.kind = kind;
         node.refreshed = Instant::now();
         Ok(node.clone())
     }
@@ -397,11 +430,7 @@ impl Fs {
         };
         let writes = &self.engines.writes;
         let dirty = if mode.write {
-            let target = Target {
-                store: settings.store.clone(),
-                backend: backend.dir_name.clone(),
-                key,
-            };
+            let target = settings.target(&backend.dir_name, &node.path);
             let file = self.open_for_write(backend, target).await?;
             self.began_writing(&node, &file);
             if mode.truncate
@@ -545,52 +574,104 @@ impl Fs {
                 _ => None,
             }
         };
-        if let Some(doomed) = doomed
-            && let Err(e) = doomed.store.delete(&handle.version.key).await
-        {
-            tracing::warn!(backend = %handle.backend, key = %handle.version.key, error = %e,
-                "cannot delete a file unlinked while open");
+        if let Some(doomed) = doomed {
+            match doomed.settings.store.delete(&handle.version.key).await {
+                Ok(()) => {
+                    doomed
+                        .settings
+                        .record(&handle.backend, &doomed.path, Change::Deleted)
+                        .await
+                }
+                Err(e) => tracing::warn!(backend = %handle.backend, key = %handle.version.key,
+                    error = %e, "cannot delete a file unlinked while open"),
+            }
         }
     }
 
-    /// Opens a directory: reads its full listing now, so errors surface here and offsets are
-    /// stable for the handle's life.
+    /// Opens a directory. A live one is listed whole now, so errors surface here and offsets are
+    /// stable for the handle's life; a manifest one is read page by page as `readdir` asks.
     pub async fn opendir(&self, ino: u64) -> Result<u64> {
         let node = self.node(ino)?;
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        let entries: Vec<DirEntry> = match &node.backend {
-            None => self
-                .backends()
-                .iter()
-                .map(|b| DirEntry {
-                    name: b.dir_name.clone(),
-                    kind: ChildKind::Dir,
-                })
-                .collect(),
-            Some(backend) => {
-                let children = match self.fresh_listing(ino) {
-                    Some(children) => children,
-                    None => self.load_listing(ino, backend, &node.path).await?,
-                };
-                children
+        let loaded = |entries: Vec<DirEntry>| DirEntries::Loaded(Arc::new(entries));
+        let entries = match &node.backend {
+            None => loaded(
+                self.backends()
                     .iter()
-                    .map(|(name, kind)| DirEntry {
-                        name: name.clone(),
-                        kind: kind.clone(),
+                    .map(|b| DirEntry {
+                        name: b.dir_name.clone(),
+                        kind: ChildKind::Dir,
                     })
-                    .collect()
+                    .collect(),
+            ),
+            Some(backend) => {
+                let settings = backend.settings();
+                match &settings.manifest {
+                    Some(manifest) => DirEntries::Paged(Mutex::new(ManifestPages::new(
+                        manifest.clone(),
+                        node.path.clone(),
+                        self.mount_changes(&settings, manifest, &node.path),
+                    ))),
+                    None => {
+                        let children = match self.fresh_listing(ino) {
+                            Some(children) => children,
+                            None => self.load_listing(ino, backend, &node.path).await?,
+                        };
+                        loaded(
+                            children
+                                .iter()
+                                .map(|(name, kind)| DirEntry {
+                                    name: name.clone(),
+                                    kind: kind.clone(),
+                                })
+                                .collect(),
+                        )
+                    }
+                }
             }
         };
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let handle = DirHandle {
             ino,
             parent: node.parent,
-            entries: Arc::new(entries),
+            entries,
         };
         lock(&self.dirs).insert(fh, Arc::new(handle));
         Ok(fh)
+    }
+
+    /// How this mount has changed manifest directory `path`: the delta log's records, files
+    /// being written (shown), and names unlinked while open (hidden).
+    fn mount_changes(
+        &self,
+        settings: &BackendSettings,
+        manifest: &Manifest,
+        path: &str,
+    ) -> BTreeMap<String, Option<ChildKind>> {
+        let mut changes: BTreeMap<String, Option<ChildKind>> = manifest
+            .overlay_children(path)
+            .into_iter()
+            .map(|(name, kind)| (name, kind.map(manifest_listing::child_kind)))
+            .collect();
+        let store_id = settings.store.id();
+        let prefix = settings.dir_prefix_of(path);
+        for (name, file) in self.engines.writes.files_in(store_id, &prefix) {
+            if !matches!(changes.get(&name), Some(Some(ChildKind::Dir))) {
+                changes.insert(name, Some(pending_kind(file)));
+            }
+        }
+        let unlinked = lock(&self.unlinked);
+        for (id, key) in unlinked.keys() {
+            if id == store_id
+                && let Some(name) = key.strip_prefix(&prefix)
+                && !name.contains('/')
+            {
+                changes.insert(name.to_string(), None);
+            }
+        }
+        changes
     }
 
     async fn load_listing(
@@ -606,9 +687,7 @@ impl Fs {
             .engines
             .writes
             .files_in(settings.store.id(), &settings.dir_prefix_of(path));
-        let mut children = listing::list_dir(&settings, path)
-            .await
-            .map_err(|e| Self::store_error(backend, e))?;
+        let mut children = self.list_children(backend, &settings, path).await?;
         self.overlay_writes(&settings, path, before, &mut children);
         let children = Arc::new(children);
         lock(&self.listings).insert(
@@ -619,6 +698,24 @@ impl Fs {
             },
         );
         Ok(children)
+    }
+
+    /// Every entry of directory `path` as the backend's namespace has it now: its manifest's
+    /// if it has one, else a full listing from the store.
+    async fn list_children(
+        &self,
+        backend: &Backend,
+        settings: &BackendSettings,
+        path: &str,
+    ) -> Result<BTreeMap<String, ChildKind>> {
+        match &settings.manifest {
+            Some(manifest) => manifest_listing::list(manifest, path)
+                .await
+                .map_err(|e| Self::manifest_error(backend, e)),
+            None => listing::list_dir(settings, path)
+                .await
+                .map_err(|e| Self::store_error(backend, e)),
+        }
     }
 
     /// Shows files being written (which may not exist in the store yet) and hides objects
@@ -699,19 +796,31 @@ impl Fs {
                 return Ok(());
             }
         }
-        for entry in handle.entries.iter().skip((index - 2) as usize) {
-            index += 1;
-            let Some(attr) = self.entry_attr(&dir, entry, plus) else {
-                continue; // the backend was removed from under the root; skip it
-            };
-            if !sink(index, &entry.name, attr.clone()) {
-                if plus {
-                    self.forget(attr.ino, 1);
-                }
+        loop {
+            let chunk =
+                handle
+                    .entries
+                    .get(index - 2, READDIR_CHUNK)
+                    .map_err(|e| match &dir.backend {
+                        Some(backend) => Self::manifest_error(backend, e),
+                        None => FsError::Invalid("the mount root has no manifest"),
+                    })?;
+            if chunk.is_empty() {
                 return Ok(());
             }
+            for entry in &chunk {
+                index += 1;
+                let Some(attr) = self.entry_attr(&dir, entry, plus) else {
+                    continue; // the backend was removed from under the root; skip it
+                };
+                if !sink(index, &entry.name, attr.clone()) {
+                    if plus {
+                        self.forget(attr.ino, 1);
+                    }
+                    return Ok(());
+                }
+            }
         }
-        Ok(())
     }
 
     fn entry_attr(&self, dir: &Node, entry: &DirEntry, plus: bool) -> Option<Attr> {
@@ -765,6 +874,8 @@ fn pending_kind(meta: DirtyMeta) -> ChildKind {
     })
 }
 
+#[cfg(test)]
+mod manifest_tests;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub(super) fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u
             dir_perm: 0o555,
             file_perm: 0o444,
             page_size: Some(2),
+            manifest: None,
         },
     ));
     let options = FsOptions {

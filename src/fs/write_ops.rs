@@ -14,7 +14,8 @@ use super::{
     lock, pending_kind,
 };
 use crate::cache::ObjectVersion;
-use crate::write::Target;
+use crate::manifest::delta::Change;
+use crate::manifest::format::EntryKind;
 
 /// A rename's flags that msfs honours (the rest are refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,11 +88,7 @@ impl Fs {
         let store_id = dir.settings.store.id().to_string();
         // A name unlinked while open is taken again: its old object must not be deleted later.
         lock(&self.unlinked).remove(&(store_id, key.clone()));
-        let target = Target {
-            store: dir.settings.store.clone(),
-            backend: dir.backend.dir_name.clone(),
-            key: key.clone(),
-        };
+        let target = dir.settings.target(&dir.backend.dir_name, &path);
         let file = self.engines.writes.create(target).await;
         self.note_written(file.target.store.id(), &key);
         let kind = pending_kind(file.meta());
@@ -187,11 +184,7 @@ impl Fs {
                 backend: backend.dir_name.clone(),
             });
         }
-        let target = Target {
-            store: settings.store.clone(),
-            backend: backend.dir_name.clone(),
-            key: settings.key_of(&node.path),
-        };
+        let target = settings.target(&backend.dir_name, &node.path);
         let file = self.open_for_write(backend, target).await?;
         self.began_writing(&node, &file);
         let result = match writes.truncate(&file, size) {
@@ -232,14 +225,20 @@ impl Fs {
                     (store.id().to_string(), key),
                     Unlinked {
                         ino,
-                        store: store.clone(),
+                        settings: dir.settings.clone(),
+                        path: path.clone(),
                     },
                 );
             }
-            _ => store
-                .delete(&key)
-                .await
-                .map_err(|e| Self::store_error(&dir.backend, e))?,
+            _ => {
+                store
+                    .delete(&key)
+                    .await
+                    .map_err(|e| Self::store_error(&dir.backend, e))?;
+                dir.settings
+                    .record(&dir.backend.dir_name, &path, Change::Deleted)
+                    .await;
+            }
         }
         lock(&self.inodes).remove_name(parent, name);
         self.invalidate_entry(parent, name);
@@ -260,6 +259,9 @@ impl Fs {
             .put(&dir.settings.dir_prefix_of(&path), Bytes::new())
             .await
             .map_err(|e| Self::store_error(&dir.backend, e))?;
+        dir.settings
+            .record(&dir.backend.dir_name, &path, Change::Upsert(EntryKind::Dir))
+            .await;
         self.invalidate_entry(parent, name);
         let node = lock(&self.inodes).lookup(parent, name, dir.backend, path, ChildKind::Dir);
         Ok(self.attr_of(&node))
@@ -291,6 +293,9 @@ impl Fs {
             .delete(&dir.settings.dir_prefix_of(&path))
             .await
             .map_err(|e| Self::store_error(&dir.backend, e))?;
+        dir.settings
+            .record(&dir.backend.dir_name, &path, Change::Deleted)
+            .await;
         let ino = lock(&self.inodes).child(parent, name);
         if let Some(ino) = ino {
             lock(&self.listings).remove(&ino);
@@ -332,9 +337,7 @@ impl Fs {
         {
             return Ok(false);
         }
-        let children = listing::list_dir(settings, path)
-            .await
-            .map_err(|e| Self::store_error(backend, e))?;
+        let children = self.list_children(backend, settings, path).await?;
         Ok(children.is_empty())
     }
 
@@ -408,6 +411,10 @@ impl Fs {
                     .delete(&marker(&path))
                     .await
                     .map_err(|e| Self::store_error(&from.backend, e))?;
+                let backend = &from.backend.dir_name;
+                let dir = Change::Upsert(EntryKind::Dir);
+                settings.record(backend, &new_path, dir).await;
+                settings.record(backend, &path, Change::Deleted).await;
             }
         }
         {
@@ -456,14 +463,25 @@ impl Fs {
         // Whatever was being written at the destination is replaced: dropped, and any commit
         // of it finished, before the copy, so that it cannot land on top of the copy.
         writes.forget(store.id(), &new_key).await;
-        crate::write::copy_object(store.as_ref(), &key, &new_key, size)
+        let copied = crate::write::copy_object(store.as_ref(), &key, &new_key, size)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
+        let moved = EntryKind::File {
+            size,
+            etag: copied.etag,
+            mtime: SystemTime::now(),
+        };
+        settings
+            .record(&backend.dir_name, new_path, Change::Upsert(moved))
+            .await;
         writes.forget(store.id(), &key).await;
         store
             .delete(&key)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
+        settings
+            .record(&backend.dir_name, path, Change::Deleted)
+            .await;
         Ok(())
     }
 }

@@ -239,16 +239,17 @@ pub fn read_dir_file(path: &Path) -> Result<Vec<Entry>, FormatError> {
     let mut entries = Vec::new();
     for_each_row(path, |entry| {
         entries.push(entry);
-        Ok(())
+        Ok::<(), FormatError>(())
     })?;
     Ok(entries)
 }
 
-/// Streams the rows of the TSV file at `path` into `visit` without holding them all.
-pub fn for_each_row(
+/// Streams the rows of the TSV file at `path` into `visit` without holding them all; the first
+/// error (reading, parsing, or from `visit`) stops it.
+pub fn for_each_row<E: From<FormatError>>(
     path: &Path,
-    mut visit: impl FnMut(Entry) -> Result<(), FormatError>,
-) -> Result<(), FormatError> {
+    mut visit: impl FnMut(Entry) -> Result<(), E>,
+) -> Result<(), E> {
     let io_error = |source| FormatError::Io {
         path: path.to_path_buf(),
         source,
@@ -256,14 +257,18 @@ pub fn for_each_row(
     let file = match fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_error(e)),
+        Err(e) => return Err(io_error(e).into()),
     };
     let mut reader = BufReader::with_capacity(256 * 1024, file);
     let mut line = String::new();
     let mut number = 0u64;
     loop {
         line.clear();
-        if reader.read_line(&mut line).map_err(io_error)? == 0 {
+        if reader
+            .read_line(&mut line)
+            .map_err(|e| E::from(io_error(e)))?
+            == 0
+        {
             return Ok(());
         }
         number += 1;
@@ -295,6 +300,80 @@ pub fn write_dir_file(root: &Path, dir: &str, entries: &[Entry]) -> Result<(), F
         write_row(entry, &mut text);
     }
     fs::write(&path, text).map_err(io_error)
+}
+
+/// Streams rows into one TSV file, in the order they are written, so a directory of any size
+/// (a flat one may hold 100M entries) is written without holding its entries in memory.
+///
+/// The file is created (or truncated) with its parent directories; [`DirWriter::finish`]
+/// flushes and closes it. Dropping a writer without `finish` may lose buffered rows.
+#[derive(Debug)]
+pub struct DirWriter {
+    path: PathBuf,
+    out: io::BufWriter<fs::File>,
+    row: String,
+    rows: u64,
+}
+
+impl DirWriter {
+    /// Bytes buffered before they go to the file (a generation keeps one writer open per
+    /// lister, so this times `manifest_gen_workers` is its write-buffer memory).
+    const BUFFER: usize = 64 * 1024;
+
+    /// Creates (or truncates) the TSV file at `path`, creating its parent directories.
+    pub fn create(path: &Path) -> Result<DirWriter, FormatError> {
+        let io_error = |source| FormatError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io_error)?;
+        }
+        let file = fs::File::create(path).map_err(io_error)?;
+        Ok(DirWriter {
+            path: path.to_path_buf(),
+            out: io::BufWriter::with_capacity(Self::BUFFER, file),
+            row: String::new(),
+            rows: 0,
+        })
+    }
+
+    /// Appends `entry` as one row.
+    pub fn write(&mut self, entry: &Entry) -> Result<(), FormatError> {
+        self.row.clear();
+        write_row(entry, &mut self.row);
+        self.out
+            .write_all(self.row.as_bytes())
+            .map_err(|source| FormatError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flushes the buffered rows and closes the file; returns how many rows it holds.
+    pub fn finish(self) -> Result<u64, FormatError> {
+        let path = self.path;
+        self.out
+            .into_inner()
+            .map_err(|e| FormatError::Io {
+                path: path.clone(),
+                source: e.into_error(),
+            })?
+            .flush()
+            .map_err(|source| FormatError::Io { path, source })?;
+        Ok(self.rows)
+    }
 }
 
 /// `manifest_index.json`: what was listed, how much, and when.
@@ -477,6 +556,24 @@ mod tests {
         };
         info.write(dir.path()).expect("write");
         assert_eq!(ManifestInfo::read(dir.path()).expect("read"), Some(info));
+    }
+
+    #[test]
+    fn dir_writer_streams_rows_that_read_back_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir_file(dir.path(), "deep/er");
+        let entries = vec![
+            Entry::dir("sub"),
+            Entry::file("new\nline", 7, "\"e\"", at(1_650_000_000, 5_000_000)),
+            Entry::file("tab\t", 0, "", at(1_650_000_001, 0)),
+        ];
+        let mut writer = DirWriter::create(&path).expect("create");
+        for entry in &entries {
+            writer.write(entry).expect("write");
+        }
+        assert_eq!(writer.rows(), 3);
+        assert_eq!(writer.finish().expect("finish"), 3);
+        assert_eq!(read_dir_file(&path).expect("read"), entries);
     }
 
     #[test]

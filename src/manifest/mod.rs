@@ -2,5 +2,16 @@
 //! kept on local disk, so that lookups and listings of a huge namespace need no LIST or HEAD.
 //!
 //! - [`format`]: the per-directory TSV files and `manifest_index.json` (the seed's layout).
+//! - [`generate`]: lists a backend once with parallel listers (flat directories split into
+//!   key ranges: [`split`]; pending work bounded: `queue`) and writes a manifest atomically.
 
+mod codec;
+pub mod delta;
 pub mod format;
+pub mod generate;
+pub mod index;
+pub mod namespace;
+pub mod progress;
+mod queue;
+pub mod registry;
+pub mod split;

@@ -11,7 +11,7 @@ use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation};
 
 use super::retry::DEFAULT_MAX_ATTEMPTS;
-use super::{FileStore, ObjectStore, RetryPolicy, S3Store, StoreError};
+use super::{FileStore, ObjectStore, PseudoStore, RamStore, RetryPolicy, S3Store, StoreError};
 use crate::config::{BackendConfig, BackendKind, S3Config, S3Credentials, S3Flavor};
 
 /// A connection that cannot be set up within this long is treated as a network failure (and
@@ -26,14 +26,12 @@ pub async fn open_store(backend: &BackendConfig) -> Result<Arc<dyn ObjectStore>,
     match &backend.kind {
         BackendKind::S3(s3) => Ok(Arc::new(open_s3(&backend.bucket, s3).await?)),
         BackendKind::File => Ok(Arc::new(FileStore::new(backend.bucket.clone().into())?)),
-        BackendKind::Ram(_) => Err(StoreError::Setup(format!(
-            "backend {}: backend_type RAM is not built yet",
-            backend.dir_name
-        ))),
-        BackendKind::Pseudo(_) => Err(StoreError::Setup(format!(
-            "backend {}: backend_type PSEUDO is not built yet",
-            backend.dir_name
-        ))),
+        BackendKind::Ram(ram) => Ok(Arc::new(RamStore::new(&backend.dir_name, ram.clone()))),
+        BackendKind::Pseudo(pseudo) => {
+            Ok(Arc::new(PseudoStore::new(pseudo).map_err(|e| {
+                StoreError::Setup(format!("backend {}: {e}", backend.dir_name))
+            })?))
+        }
     }
 }
 

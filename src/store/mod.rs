@@ -8,6 +8,8 @@ mod build;
 mod error;
 mod file;
 mod instrumented;
+mod pseudo;
+mod ram;
 mod retry;
 mod s3;
 #[cfg(test)]
@@ -24,6 +26,8 @@ pub use build::open_store;
 pub use error::StoreError;
 pub use file::FileStore;
 pub use instrumented::InstrumentedStore;
+pub use pseudo::{PseudoStore, pseudo_byte, pseudo_fill};
+pub use ram::RamStore;
 pub use retry::RetryPolicy;
 pub use s3::S3Store;
 

@@ -115,8 +115,12 @@ pub(super) async fn commit_once(
     };
     tracing::debug!(backend = %target.backend, key = %target.key, size = snapshot.size,
         elapsed = ?started.elapsed(), "committed");
+    let etag = committed.etag.clone();
     if let Some(promotion) = rebase(inner, file, &snapshot, committed, body) {
         promotion.admit().await;
+    }
+    if let Some(observer) = &target.observer {
+        observer.committed(&target.key, snapshot.size, &etag).await;
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Server-side copy of a whole object of any size (a file rename is a copy and a delete).
 
-use crate::store::{ObjectStore, Result};
+use crate::store::{ObjectStore, PutResult, Result};
 
 use super::plan;
 
@@ -10,16 +10,16 @@ const MAX_COPY: u64 = 5 << 30;
 const COPY_PART: u64 = 512 << 20;
 
 /// Copies `source` (of `size` bytes) to `dest` inside the store: one CopyObject up to 5 GiB,
-/// else a multipart upload of server-side part copies, aborted if any part fails.
+/// else a multipart upload of server-side part copies, aborted if any part fails. Returns the
+/// copy's ETag.
 pub async fn copy_object(
     store: &dyn ObjectStore,
     source: &str,
     dest: &str,
     size: u64,
-) -> Result<()> {
+) -> Result<PutResult> {
     if size <= MAX_COPY {
-        store.copy(source, dest).await?;
-        return Ok(());
+        return store.copy(source, dest).await;
     }
     let part_size = plan::part_size_for(size).max(COPY_PART);
     let upload = store.create_multipart(dest).await?;
@@ -38,9 +38,11 @@ pub async fn copy_object(
             }
         }
     }
-    if let Err(e) = store.complete_multipart(dest, &upload, &parts).await {
-        let _ = store.abort_multipart(dest, &upload).await;
-        return Err(e);
+    match store.complete_multipart(dest, &upload, &parts).await {
+        Ok(done) => Ok(done),
+        Err(e) => {
+            let _ = store.abort_multipart(dest, &upload).await;
+            Err(e)
+        }
     }
-    Ok(())
 }

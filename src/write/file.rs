@@ -29,6 +29,16 @@ pub struct Target {
     pub store: Arc<dyn ObjectStore>,
     pub backend: String,
     pub key: String,
+    /// Told about every commit of this file that lands.
+    pub observer: Option<Arc<dyn CommitObserver>>,
+}
+
+/// Hears about every commit that landed, before anyone waiting for it (fsync, a close with
+/// `flush_on_close`) is told: a manifest-backed mount records the new version in its delta log
+/// here, so the log never names a version the store does not hold.
+#[async_trait::async_trait]
+pub trait CommitObserver: Send + Sync + std::fmt::Debug {
+    async fn committed(&self, key: &str, size: u64, etag: &str);
 }
 
 /// A multipart upload that parts are streamed into while the application still writes.

@@ -36,7 +36,7 @@ pub use cleanup::abort_stale_uploads;
 pub use copy::copy_object;
 pub use error::WriteError;
 pub use extents::Extents;
-pub use file::{DirtyFile, DirtyMeta, Target};
+pub use file::{CommitObserver, DirtyFile, DirtyMeta, Target};
 
 use crate::cache::{LineCache, ObjectReader, ObjectVersion};
 use crate::private_dir::PrivateDir;

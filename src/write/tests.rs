@@ -44,6 +44,7 @@ impl Fixture {
             store: self.store.clone(),
             backend: "test".into(),
             key: key.into(),
+            observer: None,
         }
     }
 
@@ -115,6 +116,51 @@ async fn a_small_file_is_committed_with_one_put() {
         f.engine.find("test-store", "small").is_none(),
         "clean and closed: let go"
     );
+}
+
+/// Remembers every commit it hears about.
+#[derive(Debug, Default)]
+struct Recorder(std::sync::Mutex<Vec<(String, u64, String)>>);
+
+#[async_trait::async_trait]
+impl CommitObserver for Recorder {
+    async fn committed(&self, key: &str, size: u64, etag: &str) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push((key.into(), size, etag.into()));
+    }
+}
+
+#[tokio::test]
+async fn the_observer_hears_each_landed_commit_with_the_stored_version() {
+    for threshold in [64 * MIB, 5 * MIB] {
+        let f = fixture(threshold, 1 << 30);
+        let recorder = Arc::new(Recorder::default());
+        let mut target = f.target("seen");
+        target.observer = Some(recorder.clone());
+        let file = f.engine.create(target).await;
+        let body = vec![7u8; 6 * MIB as usize];
+        f.engine.write(&file, 0, &body).await.expect("write");
+        assert!(
+            recorder.0.lock().expect("lock").is_empty(),
+            "nothing landed yet"
+        );
+        f.engine.commit(&file).await.expect("commit");
+        let stored = f.version("seen").await;
+        let heard = recorder.0.lock().expect("lock").clone();
+        assert_eq!(
+            heard,
+            [("seen".to_string(), stored.size, stored.etag)],
+            "threshold {threshold}"
+        );
+        f.engine.commit(&file).await.expect("clean commit");
+        assert_eq!(
+            recorder.0.lock().expect("lock").len(),
+            1,
+            "a clean file commits nothing"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,100 @@
+{{/* Names. The release name is the prefix of every namespaced object. */}}
+{{- define "msfs.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 58 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 58 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "msfs.nodeName" -}}
+{{- printf "%s-node" (include "msfs.fullname" .) -}}
+{{- end -}}
+
+{{- define "msfs.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "msfs.nodeName" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels: selectorLabels never change between releases (a DaemonSet's selector is immutable). */}}
+{{- define "msfs.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: node
+{{- end -}}
+
+{{- define "msfs.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "msfs.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Host paths derived from kubeletDir and driverName. */}}
+{{- define "msfs.pluginDir" -}}
+{{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletDir) .Values.driverName -}}
+{{- end -}}
+
+{{- define "msfs.registrationDir" -}}
+{{- printf "%s/plugins_registry" (trimSuffix "/" .Values.kubeletDir) -}}
+{{- end -}}
+
+{{/*
+Memory of the plugin container, in MiB:
+  memoryOverheadMiB + ceil(cacheLineSize x cacheLines / 1 MiB)
+The cache term counts for cacheStorage ram and mapped-file, whose lines are the process's
+memory; per-inode-file keeps them in files under cacheDirPath (the page cache), so it is 0.
+Defaults: 256 + 10485760 x 128 / 1048576 = 256 + 1280 = 1536 MiB.
+*/}}
+{{- define "msfs.cacheMiB" -}}
+{{- $c := .Values.nodeConfig -}}
+{{- if eq $c.cacheStorage "per-inode-file" -}}
+0
+{{- else -}}
+{{- $bytes := mul (int64 $c.cacheLineSize) (int64 $c.cacheLines) -}}
+{{- div (add $bytes 1048575) 1048576 -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "msfs.memoryMiB" -}}
+{{- add (int64 .Values.node.memoryOverheadMiB) (int64 (include "msfs.cacheMiB" .)) -}}
+{{- end -}}
+
+{{/* The plugin's NODE_CONFIG file (msfs_version: 1). */}}
+{{- define "msfs.nodeConfig" -}}
+{{- $c := .Values.nodeConfig -}}
+{{- if ge (int64 $c.cacheLinesToPrefetch) (int64 $c.cacheLines) -}}
+{{- fail (printf "nodeConfig.cacheLinesToPrefetch (%d) must be less than nodeConfig.cacheLines (%d): read-ahead filling the cache would evict the line being read" (int64 $c.cacheLinesToPrefetch) (int64 $c.cacheLines)) -}}
+{{- end -}}
+{{- $config := dict
+  "msfs_version" 1
+  "cache_line_size" (int64 $c.cacheLineSize)
+  "cache_lines" (int64 $c.cacheLines)
+  "cache_lines_to_prefetch" (int64 $c.cacheLinesToPrefetch)
+  "cache_storage" $c.cacheStorage
+  "cache_dir_path" $c.cacheDirPath
+  "fuse_workers" (int64 $c.fuseWorkers)
+  "write_commit_workers" (int64 $c.writeCommitWorkers)
+  "write_dirty_limit_bytes" (int64 $c.writeDirtyLimitBytes)
+  "multipart_upload_threshold_bytes" (int64 $c.multipartUploadThresholdBytes)
+-}}
+{{- with .Values.metrics.otlp.endpoint }}
+{{- $exporter := dict "type" "otlp" "options" (dict "endpoint" . "insecure" $.Values.metrics.otlp.insecure) -}}
+{{- $reader := dict "type" "periodic" "options" (dict "export_interval_millis" (int64 $.Values.metrics.otlp.exportIntervalMillis)) -}}
+{{- $attributes := list
+  (dict "type" "static" "options" (dict "attributes" (dict "service.name" "msfs" "k8s.node.name" "${KUBE_NODE_NAME}")))
+-}}
+{{- $_ := set $config "opentelemetry" (dict "metrics" (dict "attributes" $attributes "reader" $reader "exporter" $exporter)) -}}
+{{- end }}
+{{- /* extra only adds keys: the ones set above win (values.schema.json refuses them in extra). */ -}}
+{{- $config = merge $config (deepCopy $c.extra) -}}
+{{- toYaml $config -}}
+{{- end -}}

@@ -1,0 +1,959 @@
+//! Manifest generation: lists a backend's whole namespace once, in parallel, and writes it as a
+//! manifest ([`super::format`]) that lookups and listings can later be served from without LIST.
+//!
+//! **Listing.** `workers` lister tasks share one queue ([`super::queue`], bounded in memory by
+//! spilling pending directories to disk) of directories, each listed "/"-delimited exactly as
+//! the live mount lists it ([`crate::fs::listing`]): common prefixes become `d` rows (and queued
+//! directories), objects become `f` rows, and the directory's own marker (`dir/`, an empty
+//! name) is no entry. Rows stream to the directory's TSV page by page, in listing order, so no
+//! directory is ever held in memory. Names the mount later hides (`.`, `..`, over 255 bytes)
+//! are written as rows all the same, but nothing below `.` or `..` is listed (it could not be
+//! reached, and its TSV path would leave the manifest). When a name is both an object and a
+//! prefix (`a` and `a/b`), both an `f` and a `d` row are written: readers let the `d` row win,
+//! as the live mount does.
+//!
+//! **Flat directories.** A directory whose listing is still paginating after
+//! `flat_dir_confirmation_pages` pages (0 turns detection off) and whose pages were (almost) all
+//! objects — at most one sub-directory per [`FLAT_MAX_SUBDIR_SHARE`] entries, so a huge
+//! directory with a few sub-directories still counts — has the rest of its listing split
+//! into key ranges ([`super::split`]) that queue as jobs of their own. A directory named by a
+//! `flat_dir_hints` entry is split from its first key without any detection. Each range writes
+//! a part file; the lister finishing the last range of a directory appends the parts, in key
+//! order, to the rows the directory's own lister already wrote. The ranges partition the key
+//! space, so no key is listed twice or missed.
+//!
+//! **Output.** Everything is built in a fresh directory under `temp_dir` (default: beside
+//! `output`), synced, completed by `manifest_index.json` (written last), and then moved into
+//! `output` — by one rename when it can be, else entry by entry with the index last. So a
+//! reader never takes a half-written manifest for a complete one, and a failed or cancelled
+//! generation leaves `output` untouched. An existing manifest (or any non-empty directory) at
+//! `output` is replaced only when [`GenerateOptions::overwrite`] says so.
+//!
+//! **Cancellation.** Dropping the future returned by [`generate`] aborts the listers (they run
+//! in a `JoinSet`) and removes the build directory.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use tokio::task::JoinSet;
+
+use super::format::{
+    DirWriter, Entry, FORMAT_VERSION, FormatError, INDEX_FILE, ManifestInfo, Totals, dir_file,
+    format_time,
+};
+use super::progress::{Counters, ProgressMode, Reporter};
+use super::queue::{Frontier, Job, MAX_PENDING_DIRS_IN_MEMORY, Scheduler};
+use super::split::{self, KeyRange, Prober, Strategy};
+use crate::config::{BackendConfig, BackendKind, FlatDirHint, S3Config};
+use crate::store::{ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError};
+
+/// A directory counts as flat when at most one in this many of the entries on its
+/// confirmation pages is a sub-directory.
+pub const FLAT_MAX_SUBDIR_SHARE: u64 = 100;
+/// Top-level names in the build directory for the generator's own scratch files (a bucket's
+/// top-level directory never collides: its TSV name escapes a leading `_`).
+const PARTS_DIR: &str = "_msfs_gen_parts";
+const SPILL_DIR: &str = "_msfs_gen_queue";
+
+/// How to generate a manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateOptions {
+    /// Concurrent listers (`manifest_gen_workers`); at least 1.
+    pub workers: usize,
+    /// Pages a directory must keep paginating, without sub-directories, before it is split
+    /// (`flat_dir_confirmation_pages`); 0 never splits without a hint.
+    pub flat_dir_confirmation_pages: u32,
+    /// Directories to split from the start (`flat_dir_hints`), paths relative to the prefix.
+    pub flat_dir_hints: Vec<FlatDirHint>,
+    /// Keys per LIST page; `None` lets the store choose.
+    pub page_size: Option<u32>,
+    /// Where the manifest is built before it moves into place; `None`: beside the output.
+    pub temp_dir: Option<PathBuf>,
+    /// Replace a manifest (or anything else) already at the output.
+    pub overwrite: bool,
+    pub progress: ProgressMode,
+}
+
+impl GenerateOptions {
+    /// The settings of `backend`: its `manifest_gen_workers`, flat-directory settings and
+    /// `directory_page_size`; built beside the output, no overwrite, progress on a terminal.
+    pub fn from_backend(backend: &BackendConfig) -> GenerateOptions {
+        GenerateOptions {
+            workers: backend.manifest.gen_workers.max(1),
+            flat_dir_confirmation_pages: backend.manifest.flat_dir_confirmation_pages,
+            flat_dir_hints: backend.manifest.flat_dir_hints.clone(),
+            page_size: (backend.directory_page_size > 0).then_some(backend.directory_page_size),
+            temp_dir: None,
+            overwrite: false,
+            progress: ProgressMode::Auto,
+        }
+    }
+}
+
+/// The backend that lists `backend`'s namespace for its manifest: the one its AIStore section
+/// names in `manifest_gen_backend`, else the backend itself. Generate with that backend's
+/// store, bucket and prefix (and its `directory_page_size`).
+pub fn listing_backend<'a>(
+    backends: &'a [BackendConfig],
+    backend: &'a BackendConfig,
+) -> Result<&'a BackendConfig, GenerateError> {
+    let target = match &backend.kind {
+        BackendKind::S3(S3Config {
+            aistore: Some(ais), ..
+        }) => ais.manifest_gen_backend.as_deref(),
+        _ => None,
+    };
+    match target {
+        None => Ok(backend),
+        Some(name) => backends.iter().find(|b| b.dir_name == name).ok_or_else(|| {
+            GenerateError::NoListingBackend {
+                backend: backend.dir_name.clone(),
+                name: name.to_string(),
+            }
+        }),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(
+        "{}: already holds a manifest (created {created_at}); pass --force to replace it, or choose another output directory",
+        path.display()
+    )]
+    ManifestExists { path: PathBuf, created_at: String },
+    #[error(
+        "{}: exists and is not an empty directory; choose a new or empty output directory, or pass --force to replace its contents",
+        path.display()
+    )]
+    OutputNotEmpty { path: PathBuf },
+    #[error("{}: exists and is not a directory", path.display())]
+    OutputNotDirectory { path: PathBuf },
+    #[error(
+        "backend {backend}: AIStore.manifest_gen_backend names {name:?}, but no backend has that dir_name"
+    )]
+    NoListingBackend { backend: String, name: String },
+    #[error("listing bucket {bucket:?} under {prefix:?}: {source}")]
+    List {
+        bucket: String,
+        prefix: String,
+        #[source]
+        source: Box<StoreError>,
+    },
+    #[error("{}: {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("a manifest lister failed: {0}")]
+    Lister(String),
+}
+
+fn io_error(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> GenerateError {
+    let path = path.to_path_buf();
+    move |source| GenerateError::Io {
+        path,
+        action,
+        source,
+    }
+}
+
+/// Lists everything under `prefix` ("" or ending in "/"; one without a trailing "/" gets one)
+/// of `bucket` through `store`, writes it as a manifest into `output`, and returns its index.
+///
+/// `created_at` is the time the listing started: objects changed after it may or may not be in
+/// the manifest. See the module documentation for how, and [`GenerateOptions`] for the knobs.
+pub async fn generate(
+    store: Arc<dyn ObjectStore>,
+    bucket: &str,
+    prefix: &str,
+    output: &Path,
+    options: &GenerateOptions,
+) -> Result<ManifestInfo, GenerateError> {
+    let started_at = SystemTime::now();
+    let started = Instant::now();
+    let prefix = if prefix.is_empty() || prefix.ends_with('/') {
+        prefix.to_string()
+    } else {
+        format!("{prefix}/")
+    };
+    {
+        let output = output.to_path_buf();
+        let overwrite = options.overwrite;
+        blocking(move || check_output(&output, overwrite)).await?;
+    }
+    let build = {
+        let output = output.to_path_buf();
+        let temp_dir = options.temp_dir.clone();
+        blocking(move || BuildDir::create(&output, temp_dir.as_deref())).await?
+    };
+
+    let counters = Arc::new(Counters::default());
+    let workers = options.workers.max(1);
+    let ctx = Arc::new(Ctx {
+        store,
+        bucket: bucket.to_string(),
+        root: build.path.clone(),
+        parts_dir: build.path.join(PARTS_DIR),
+        page_size: options.page_size,
+        confirmation_pages: options.flat_dir_confirmation_pages,
+        hints: options
+            .flat_dir_hints
+            .iter()
+            .map(|h| (h.path.trim_matches('/').to_string(), h.clone()))
+            .collect(),
+        target_ranges: workers.clamp(2, split::MAX_AUTO_RANGES),
+        queue: Scheduler::new(Frontier::new(
+            build.path.join(SPILL_DIR),
+            MAX_PENDING_DIRS_IN_MEMORY,
+        )),
+        counters: counters.clone(),
+        next_part: AtomicU64::new(0),
+        prefix,
+    });
+    ctx.queue
+        .push_dir(String::new())
+        .map_err(io_error(&ctx.root, "queue the root directory"))?;
+
+    let label = format!("manifest of {}", describe(bucket, &ctx.prefix));
+    tracing::info!(
+        workers,
+        output = %output.display(),
+        build = %build.path.display(),
+        "generating the {label}"
+    );
+    let mut reporter = Reporter::start(options.progress, label.clone(), counters.clone());
+    let mut listers = JoinSet::new();
+    for _ in 0..workers {
+        listers.spawn(lister(ctx.clone()));
+    }
+    let mut failure = None;
+    while let Some(joined) = listers.join_next().await {
+        let result = match joined {
+            Ok(result) => result,
+            Err(e) if e.is_cancelled() => Ok(()),
+            Err(e) => Err(GenerateError::Lister(e.to_string())),
+        };
+        if let Err(e) = result
+            && failure.is_none()
+        {
+            failure = Some(e);
+            ctx.queue.stop();
+            listers.abort_all();
+        }
+    }
+    reporter.stop();
+    if let Some(e) = failure {
+        return Err(e);
+    }
+
+    let info = ManifestInfo {
+        version: FORMAT_VERSION,
+        bucket: bucket.to_string(),
+        prefix: ctx.prefix.clone(),
+        totals: Totals {
+            objects: counters.objects(),
+            directories: counters.directories(),
+            bytes: counters.bytes(),
+        },
+        created_at: format_time(started_at),
+    };
+    {
+        let info = info.clone();
+        let output = output.to_path_buf();
+        let overwrite = options.overwrite;
+        blocking(move || build.complete(&info, &output, overwrite)).await?;
+    }
+    tracing::info!(
+        objects = info.totals.objects,
+        directories = info.totals.directories,
+        lists = counters.lists(),
+        elapsed = ?started.elapsed(),
+        output = %output.display(),
+        "{label} written"
+    );
+    Ok(info)
+}
+
+fn describe(bucket: &str, prefix: &str) -> String {
+    if prefix.is_empty() {
+        format!("bucket {bucket:?}")
+    } else {
+        format!("bucket {bucket:?} under {prefix:?}")
+    }
+}
+
+/// Runs blocking file work off the runtime threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, GenerateError> + Send + 'static,
+) -> Result<T, GenerateError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| GenerateError::Lister(e.to_string()))?
+}
+
+/// What every lister shares.
+struct Ctx {
+    store: Arc<dyn ObjectStore>,
+    bucket: String,
+    /// The listed prefix: "" or ending in "/".
+    prefix: String,
+    root: PathBuf,
+    parts_dir: PathBuf,
+    page_size: Option<u32>,
+    confirmation_pages: u32,
+    /// By directory path ("" for the root, else "a/b").
+    hints: HashMap<String, FlatDirHint>,
+    target_ranges: usize,
+    queue: Scheduler<RangeJob>,
+    counters: Arc<Counters>,
+    next_part: AtomicU64,
+}
+
+/// One key range of a split directory.
+#[derive(Debug)]
+struct RangeJob {
+    split: Arc<SplitDir>,
+    range: KeyRange,
+}
+
+/// A directory whose listing was split into ranges.
+#[derive(Debug)]
+struct SplitDir {
+    dir: String,
+    /// The directory's TSV, already holding the rows listed before the split.
+    tsv: PathBuf,
+    /// Finished ranges: (range start, part file).
+    parts: Mutex<Vec<(Option<String>, PathBuf)>>,
+    remaining: AtomicUsize,
+}
+
+impl Ctx {
+    /// The listing prefix of directory `dir`.
+    fn dir_prefix(&self, dir: &str) -> String {
+        if dir.is_empty() {
+            self.prefix.clone()
+        } else {
+            format!("{}{dir}/", self.prefix)
+        }
+    }
+
+    async fn list(&self, request: &ListRequest) -> Result<ListPage, GenerateError> {
+        Counters::add(&self.counters.lists, 1);
+        self.store
+            .list(request)
+            .await
+            .map_err(|source| self.list_error(&request.prefix, source))
+    }
+
+    fn list_error(&self, prefix: &str, source: StoreError) -> GenerateError {
+        GenerateError::List {
+            bucket: self.bucket.clone(),
+            prefix: prefix.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Queues a page's sub-directories, counts it, and returns its rows.
+    fn take(&self, batch: Batch) -> Result<Vec<Entry>, GenerateError> {
+        for dir in batch.subdirs {
+            self.queue
+                .push_dir(dir)
+                .map_err(io_error(&self.root.join(SPILL_DIR), "queue a directory"))?;
+        }
+        Counters::add(&self.counters.objects, batch.objects);
+        Counters::add(&self.counters.directories, batch.directories);
+        Counters::add(&self.counters.bytes, batch.bytes);
+        Ok(batch.entries)
+    }
+
+    fn start_split(
+        &self,
+        dir: String,
+        tsv: PathBuf,
+        after: Option<String>,
+        points: Vec<String>,
+        strategy: Strategy,
+    ) {
+        let ranges = split::partition(after, points);
+        tracing::debug!(dir, ranges = ranges.len(), %strategy, "splitting a flat directory");
+        let split = Arc::new(SplitDir {
+            dir,
+            tsv,
+            parts: Mutex::new(Vec::with_capacity(ranges.len())),
+            remaining: AtomicUsize::new(ranges.len()),
+        });
+        self.queue
+            .push_ranges(ranges.into_iter().map(|range| RangeJob {
+                split: split.clone(),
+                range,
+            }));
+    }
+}
+
+/// A TSV (or part file) being written, opened with its first rows: a directory that fits in
+/// one page costs one blocking call (create, write, close) rather than three.
+struct Sink {
+    path: PathBuf,
+    writer: Option<DirWriter>,
+}
+
+impl Sink {
+    fn new(path: PathBuf) -> Sink {
+        Sink { path, writer: None }
+    }
+
+    /// Appends `entries`.
+    async fn add(&mut self, entries: Vec<Entry>) -> Result<(), GenerateError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.writer = self.write(entries, false).await?;
+        Ok(())
+    }
+
+    /// Appends `entries` and closes the file (creating it if nothing was written yet, so every
+    /// listed directory has its TSV).
+    async fn finish(mut self, entries: Vec<Entry>) -> Result<(), GenerateError> {
+        self.write(entries, true).await?;
+        Ok(())
+    }
+
+    async fn write(
+        &mut self,
+        entries: Vec<Entry>,
+        last: bool,
+    ) -> Result<Option<DirWriter>, GenerateError> {
+        let path = self.path.clone();
+        let writer = self.writer.take();
+        blocking(move || {
+            let mut writer = match writer {
+                Some(writer) => writer,
+                None => DirWriter::create(&path)?,
+            };
+            for entry in &entries {
+                writer.write(entry)?;
+            }
+            if last {
+                writer.finish()?;
+                Ok(None)
+            } else {
+                Ok(Some(writer))
+            }
+        })
+        .await
+    }
+}
+
+/// One lister: takes jobs until the queue is done; the first error stops every lister.
+async fn lister(ctx: Arc<Ctx>) -> Result<(), GenerateError> {
+    loop {
+        let job = ctx.queue.next().await.map_err(io_error(
+            &ctx.root.join(SPILL_DIR),
+            "read queued directories",
+        ))?;
+        let Some(job) = job else {
+            return Ok(());
+        };
+        let result = match job {
+            Job::Dir(dir) => list_dir(&ctx, dir).await,
+            Job::Range(range) => list_range(&ctx, range).await,
+        };
+        ctx.queue.finished();
+        if let Err(e) = result {
+            ctx.queue.stop();
+            return Err(e);
+        }
+    }
+}
+
+/// Lists directory `dir` page by page into its TSV, splitting it if it turns out flat.
+async fn list_dir(ctx: &Ctx, dir: String) -> Result<(), GenerateError> {
+    let prefix = ctx.dir_prefix(&dir);
+    let tsv = dir_file(&ctx.root, &dir);
+    let mut sink = Sink::new(tsv.clone());
+    if let Some(hint) = ctx.hints.get(&dir) {
+        sink.finish(Vec::new()).await?;
+        let points = split::hint_points(&prefix, &hint.key_prefix_chars, hint.split_depth);
+        ctx.start_split(dir, tsv, None, points, Strategy::Hint);
+        return Ok(());
+    }
+    let mut detect = ctx.confirmation_pages > 0;
+    let mut pages = 0u32;
+    let (mut objects, mut subdirs) = (0u64, 0u64);
+    let mut seen = BTreeSet::new();
+    let mut token = None;
+    loop {
+        let request = ListRequest::delimited(&prefix)
+            .continuing(token.take())
+            .max_keys(ctx.page_size);
+        let page = ctx.list(&request).await?;
+        let next = page.next.clone();
+        let batch = Batch::of(&dir, &prefix, page, None);
+        pages += 1;
+        objects += batch.objects;
+        subdirs += batch.directories;
+        let last_key = batch.last_key.clone();
+        if detect {
+            note_chars(&mut seen, &batch.entries);
+        }
+        let entries = ctx.take(batch)?;
+        let Some(next) = next else {
+            return sink.finish(entries).await;
+        };
+        if detect && pages >= ctx.confirmation_pages {
+            detect = false;
+            let flat = subdirs * FLAT_MAX_SUBDIR_SHARE <= objects + subdirs;
+            if flat && let Some(after) = last_key {
+                let on_list = || Counters::add(&ctx.counters.lists, 1);
+                let prober = Prober {
+                    store: ctx.store.as_ref(),
+                    prefix: &prefix,
+                    on_list: &on_list,
+                };
+                let plan = split::plan(&prober, &after, &seen, ctx.target_ranges)
+                    .await
+                    .map_err(|source| ctx.list_error(&prefix, source))?;
+                if !plan.points.is_empty() {
+                    sink.finish(entries).await?;
+                    ctx.start_split(dir, tsv, Some(after), plan.points, plan.strategy);
+                    return Ok(());
+                }
+            }
+        }
+        sink.add(entries).await?;
+        token = Some(next);
+    }
+}
+
+/// Lists one range of a split directory into a part file; the last range to finish merges.
+async fn list_range(ctx: &Ctx, job: RangeJob) -> Result<(), GenerateError> {
+    let RangeJob { split, range } = job;
+    let prefix = ctx.dir_prefix(&split.dir);
+    let part = ctx.parts_dir.join(format!(
+        "{}.tsv",
+        ctx.next_part.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut sink = Sink::new(part.clone());
+    let mut token: Option<String> = None;
+    loop {
+        let request = match (token.take(), &range.after) {
+            (Some(token), _) => ListRequest::delimited(&prefix).continuing(Some(token)),
+            (None, Some(after)) => split::delimited_after(prefix.clone(), after),
+            (None, None) => ListRequest::delimited(&prefix),
+        }
+        .max_keys(ctx.page_size);
+        let page = ctx.list(&request).await?;
+        let next = page.next.clone();
+        let batch = Batch::of(&split.dir, &prefix, page, Some(&range));
+        let past_end = batch.past_end;
+        let entries = ctx.take(batch)?;
+        match next {
+            Some(next) if !past_end => {
+                sink.add(entries).await?;
+                token = Some(next);
+            }
+            _ => {
+                sink.finish(entries).await?;
+                break;
+            }
+        }
+    }
+    split
+        .parts
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push((range.after, part));
+    if split.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        blocking(move || merge(&split)).await?;
+    }
+    Ok(())
+}
+
+/// Appends a split directory's parts, in key order, to its TSV and removes them.
+fn merge(split: &SplitDir) -> Result<(), GenerateError> {
+    let mut parts = std::mem::take(
+        &mut *split
+            .parts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    );
+    // `None` (the range from the first key) sorts first.
+    parts.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = fs::OpenOptions::new()
+        .append(true)
+        .open(&split.tsv)
+        .map_err(io_error(&split.tsv, "open to append listed ranges"))?;
+    for (_, part) in parts {
+        let mut input = fs::File::open(&part).map_err(io_error(&part, "open a listed range"))?;
+        io::copy(&mut input, &mut out).map_err(io_error(&split.tsv, "append a listed range"))?;
+        fs::remove_file(&part).map_err(io_error(&part, "remove a listed range"))?;
+    }
+    Ok(())
+}
+
+/// Joins a directory path and a child name, as the live mount does.
+fn child_path(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Records the characters of the names listed, for choosing split points.
+fn note_chars(seen: &mut BTreeSet<char>, entries: &[Entry]) {
+    const MAX_SEEN: usize = 256;
+    for entry in entries {
+        for c in entry.name.chars() {
+            if seen.len() >= MAX_SEEN {
+                return;
+            }
+            seen.insert(c);
+        }
+    }
+}
+
+/// One page turned into rows.
+#[derive(Debug, Default)]
+struct Batch {
+    entries: Vec<Entry>,
+    /// Sub-directories to list (paths relative to the prefix).
+    subdirs: Vec<String>,
+    objects: u64,
+    directories: u64,
+    bytes: u64,
+    /// The page's largest key or common prefix (where its listing continues).
+    last_key: Option<String>,
+    /// The page reached beyond the range's end.
+    past_end: bool,
+}
+
+impl Batch {
+    /// The rows of `page` of directory `dir` (listed under `prefix`), in key order, keeping
+    /// only the keys inside `range` when one is given.
+    fn of(dir: &str, prefix: &str, page: ListPage, range: Option<&KeyRange>) -> Batch {
+        enum Item {
+            Object(ObjectMeta),
+            Prefix(String),
+        }
+        let key = |item: &Item| match item {
+            Item::Object(o) => o.key.clone(),
+            Item::Prefix(p) => p.clone(),
+        };
+        let mut items: Vec<Item> = page
+            .objects
+            .into_iter()
+            .map(Item::Object)
+            .chain(page.common_prefixes.into_iter().map(Item::Prefix))
+            .collect();
+        items.sort_by(|a, b| match (a, b) {
+            (Item::Object(a), Item::Object(b)) => a.key.cmp(&b.key),
+            (Item::Object(a), Item::Prefix(b)) => a.key.as_str().cmp(b),
+            (Item::Prefix(a), Item::Object(b)) => a.as_str().cmp(&b.key),
+            (Item::Prefix(a), Item::Prefix(b)) => a.cmp(b),
+        });
+        let mut batch = Batch {
+            last_key: items.last().map(key),
+            ..Batch::default()
+        };
+        for item in items {
+            let key = match &item {
+                Item::Object(o) => o.key.as_str(),
+                Item::Prefix(p) => p.as_str(),
+            };
+            if let Some(range) = range {
+                if !range.starts_before(key) {
+                    continue;
+                }
+                if range.ends_before(key) {
+                    batch.past_end = true;
+                    break;
+                }
+            }
+            let Some(rest) = key.strip_prefix(prefix) else {
+                continue;
+            };
+            match &item {
+                Item::Prefix(_) => {
+                    let name = rest.strip_suffix('/').unwrap_or(rest);
+                    // "dir//" (an empty segment) is no entry, as in the live mount.
+                    if name.is_empty() || name.contains('/') {
+                        continue;
+                    }
+                    if name != "." && name != ".." {
+                        batch.subdirs.push(child_path(dir, name));
+                    }
+                    batch.entries.push(Entry::dir(name));
+                    batch.directories += 1;
+                }
+                Item::Object(_) => {
+                    // The directory's own marker ("dir/") lists as an empty name.
+                    if rest.is_empty() || rest.contains('/') {
+                        continue;
+                    }
+                    let name = rest.to_string();
+                    let Item::Object(object) = item else {
+                        unreachable!("matched above");
+                    };
+                    batch.objects += 1;
+                    batch.bytes += object.size;
+                    batch.entries.push(Entry::file(
+                        name,
+                        object.size,
+                        object.etag,
+                        object.last_modified,
+                    ));
+                }
+            }
+        }
+        batch
+    }
+}
+
+/// Refuses an output that holds a manifest or anything else, unless `overwrite`.
+fn check_output(output: &Path, overwrite: bool) -> Result<(), GenerateError> {
+    let meta = match fs::metadata(output) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error(output, "inspect the output directory")(e)),
+    };
+    if !meta.is_dir() {
+        return Err(GenerateError::OutputNotDirectory {
+            path: output.to_path_buf(),
+        });
+    }
+    if overwrite {
+        return Ok(());
+    }
+    match ManifestInfo::read(output) {
+        Ok(Some(info)) => {
+            return Err(GenerateError::ManifestExists {
+                path: output.to_path_buf(),
+                created_at: info.created_at,
+            });
+        }
+        Ok(None) => {}
+        // Unreadable, but a manifest index all the same: not ours to replace silently.
+        Err(_) if output.join(INDEX_FILE).exists() => {
+            return Err(GenerateError::ManifestExists {
+                path: output.to_path_buf(),
+                created_at: "at an unknown time; its index is unreadable".into(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut entries =
+        fs::read_dir(output).map_err(io_error(output, "read the output directory"))?;
+    if entries.next().is_some() {
+        return Err(GenerateError::OutputNotEmpty {
+            path: output.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// The directory a manifest is built in; removed on drop unless it was moved into place.
+struct BuildDir {
+    path: PathBuf,
+    done: bool,
+}
+
+impl BuildDir {
+    fn create(output: &Path, temp_dir: Option<&Path>) -> Result<BuildDir, GenerateError> {
+        let parent = match temp_dir {
+            Some(dir) => dir.to_path_buf(),
+            None => parent_of(output),
+        };
+        fs::create_dir_all(&parent).map_err(io_error(&parent, "create the build directory"))?;
+        let path = sibling_name(&parent, output, "msfs-gen");
+        fs::create_dir(&path).map_err(io_error(&path, "create the build directory"))?;
+        Ok(BuildDir { path, done: false })
+    }
+
+    /// Removes scratch files, syncs, writes the index and moves the manifest into `output`.
+    fn complete(
+        mut self,
+        info: &ManifestInfo,
+        output: &Path,
+        overwrite: bool,
+    ) -> Result<(), GenerateError> {
+        for scratch in [PARTS_DIR, SPILL_DIR] {
+            let path = self.path.join(scratch);
+            match fs::remove_dir_all(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io_error(&path, "remove scratch files")(e));
+                }
+                _ => {}
+            }
+        }
+        sync_filesystem(&self.path)?;
+        info.write(&self.path)?;
+        // Someone may have written a manifest there while we listed.
+        check_output(output, overwrite)?;
+        install(&self.path, output)?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for BuildDir {
+    fn drop(&mut self) {
+        if !self.done {
+            // Only on failure or cancellation; best effort.
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A fresh hidden name in `dir` derived from `output`'s name.
+fn sibling_name(dir: &Path, output: &Path, what: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "manifest".into());
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    dir.join(format!(
+        ".{name}.{what}-{}-{nanos:x}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Flushes everything written under `path` to stable storage (one `syncfs` instead of an
+/// `fsync` per TSV), so the index written next never outlives the rows it describes.
+fn sync_filesystem(path: &Path) -> Result<(), GenerateError> {
+    use std::os::fd::AsRawFd;
+    let dir = fs::File::open(path).map_err(io_error(path, "open to sync"))?;
+    // SAFETY: `dir` is an open descriptor for the duration of the call.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+        return Err(io_error(path, "sync")(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Moves the complete manifest at `build` into `output`, replacing what is there (the caller
+/// checked it may). One rename when possible; otherwise (another filesystem, or `output` is a
+/// mount point) entry by entry, with the index last.
+fn install(build: &Path, output: &Path) -> Result<(), GenerateError> {
+    let mut old = None;
+    match fs::read_dir(output) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                let aside = sibling_name(&parent_of(output), output, "msfs-old");
+                if fs::rename(output, &aside).is_ok() {
+                    old = Some(aside);
+                } else {
+                    clear_dir(output)?;
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = parent_of(output);
+            fs::create_dir_all(&parent).map_err(io_error(&parent, "create the output's parent"))?;
+        }
+        Err(e) => return Err(io_error(output, "read the output directory")(e)),
+    }
+    // `output` is now missing or an empty directory, which a rename replaces.
+    if fs::rename(build, output).is_err() {
+        fs::create_dir_all(output).map_err(io_error(output, "create the output directory"))?;
+        move_contents(build, output)?;
+        fs::remove_dir_all(build).map_err(io_error(build, "remove the build directory"))?;
+    }
+    if let Ok(parent) = fs::File::open(parent_of(output)) {
+        let _ = parent.sync_all();
+    }
+    if let Some(old) = old {
+        fs::remove_dir_all(&old).map_err(io_error(&old, "remove the replaced manifest"))?;
+    }
+    Ok(())
+}
+
+/// Empties `dir`, its manifest index first (so it stops counting as a manifest at once).
+fn clear_dir(dir: &Path) -> Result<(), GenerateError> {
+    match fs::remove_file(dir.join(INDEX_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(io_error(&dir.join(INDEX_FILE), "remove the old index")(e));
+        }
+        _ => {}
+    }
+    for entry in fs::read_dir(dir).map_err(io_error(dir, "read the output directory"))? {
+        let path = entry
+            .map_err(io_error(dir, "read the output directory"))?
+            .path();
+        let removed = if path.is_dir() && !path.is_symlink() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        removed.map_err(io_error(&path, "remove the old contents"))?;
+    }
+    Ok(())
+}
+
+/// Moves every entry of `from` into `to` (renaming, or copying across filesystems), the
+/// manifest index last.
+fn move_contents(from: &Path, to: &Path) -> Result<(), GenerateError> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(from).map_err(io_error(from, "read the build directory"))? {
+        let name = entry
+            .map_err(io_error(from, "read the build directory"))?
+            .file_name();
+        if name != INDEX_FILE {
+            names.push(name);
+        }
+    }
+    for name in names {
+        let (source, dest) = (from.join(&name), to.join(&name));
+        if fs::rename(&source, &dest).is_err() {
+            copy_tree(&source, &dest)?;
+        }
+    }
+    // The index last, and whole: copied beside its place first when it cannot be renamed.
+    let (source, dest) = (from.join(INDEX_FILE), to.join(INDEX_FILE));
+    if fs::rename(&source, &dest).is_err() {
+        let staged = to.join(format!(".{INDEX_FILE}.msfs-move"));
+        fs::copy(&source, &staged).map_err(io_error(&staged, "copy the manifest index"))?;
+        fs::rename(&staged, &dest).map_err(io_error(&dest, "move the manifest index"))?;
+    }
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), GenerateError> {
+    if from.is_dir() {
+        fs::create_dir_all(to).map_err(io_error(to, "create a manifest directory"))?;
+        for entry in fs::read_dir(from).map_err(io_error(from, "read a manifest directory"))? {
+            let name = entry
+                .map_err(io_error(from, "read a manifest directory"))?
+                .file_name();
+            copy_tree(&from.join(&name), &to.join(&name))?;
+        }
+        Ok(())
+    } else {
+        fs::copy(from, to).map_err(io_error(to, "copy a manifest file"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "generate_tests.rs"]
+mod tests;

@@ -1,0 +1,276 @@
+//! The synthetic backends end to end, through a real `msfs mount` and real FUSE: a PSEUDO tree
+//! browsed with `find`, `ls` and `stat` and read byte for byte against its pattern, and a RAM
+//! backend written with `cp`, renamed, deleted and filled to its bounds.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::{MsfsMount, config_yaml_with, pattern, read_direct};
+use msfs::store::pseudo_fill;
+
+const MIB: usize = 1 << 20;
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().expect("run command");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// A backend entry of `backend_type` with `keys` for its sub-section (each line indented by six
+/// spaces) and `extra` backend keys (indented by four).
+fn backend(dir_name: &str, backend_type: &str, extra: &str, keys: &[&str]) -> String {
+    let mut out = format!("  - dir_name: {dir_name}\n    backend_type: {backend_type}\n{extra}");
+    out.push_str(&format!("    {backend_type}:\n"));
+    for key in keys {
+        out.push_str(&format!("      {key}\n"));
+    }
+    out
+}
+
+/// The bytes a PSEUDO file `key` of `size` bytes holds.
+fn expected(key: &str, size: usize) -> Vec<u8> {
+    let mut out = vec![0; size];
+    pseudo_fill(key, 0, &mut out);
+    out
+}
+
+fn relative_lines(root: &Path, output: &str) -> BTreeSet<String> {
+    output
+        .lines()
+        .map(|l| {
+            l.strip_prefix(&format!("{}/", root.display()))
+                .unwrap_or_else(|| panic!("{l} is not under {}", root.display()))
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pseudo_tree_is_browsed_and_read_exactly_as_generated() {
+    const SIZE: usize = 3 * MIB + 5;
+    let config = config_yaml_with(
+        "cache_line_size: 1048576\n",
+        &[backend(
+            "tree",
+            "PSEUDO",
+            "",
+            &[
+                "files_at_depth_0: 3",
+                "subdirectories_at_depth_0: 2",
+                "files_at_depth_1: 4",
+                "subdirectories_at_depth_1: 3",
+                "files_at_depth_2: 5",
+                &format!("file_size: {SIZE}"),
+                "max_list_page_size: 2",
+            ],
+        )],
+    );
+    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let root = m.path().join("tree");
+
+    let mut want_files = BTreeSet::new();
+    let mut want_dirs = BTreeSet::new();
+    for f in 0..3 {
+        want_files.insert(format!("file_{f:08X}"));
+    }
+    for d in 0..2 {
+        let d1 = format!("dir_{d:08X}");
+        want_dirs.insert(d1.clone());
+        for f in 0..4 {
+            want_files.insert(format!("{d1}/file_{f:08X}"));
+        }
+        for e in 0..3 {
+            let d2 = format!("{d1}/dir_{e:08X}");
+            want_dirs.insert(d2.clone());
+            for f in 0..5 {
+                want_files.insert(format!("{d2}/file_{f:08X}"));
+            }
+        }
+    }
+    let path = root.to_str().expect("utf-8 path");
+    let files = relative_lines(&root, &run("find", &[path, "-type", "f"]));
+    let dirs = relative_lines(&root, &run("find", &[path, "-mindepth", "1", "-type", "d"]));
+    assert_eq!(files.len(), 41);
+    assert_eq!(files, want_files);
+    assert_eq!(dirs, want_dirs);
+
+    for key in &want_files {
+        assert_eq!(
+            std::fs::metadata(root.join(key)).expect("stat").len(),
+            SIZE as u64,
+            "{key}"
+        );
+    }
+    for key in ["file_00000000", "dir_00000001/dir_00000002/file_00000004"] {
+        let want = expected(key, SIZE);
+        assert!(
+            std::fs::read(root.join(key)).expect("read") == want,
+            "{key}"
+        );
+        assert!(read_direct(&root.join(key)) == want, "{key} (O_DIRECT)");
+        let file = std::fs::File::open(root.join(key)).expect("open");
+        let mut buf = vec![0; 4096];
+        for offset in [1, MIB - 100, 2 * MIB + 1, SIZE - 4096] {
+            file.read_exact_at(&mut buf, offset as u64).expect("pread");
+            assert!(buf[..] == want[offset..offset + 4096], "{key} at {offset}");
+        }
+    }
+    let err = std::fs::metadata(root.join("file_00000003")).expect_err("not generated");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    let err = std::fs::write(root.join("new"), b"x").expect_err("read-only");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let err = std::fs::remove_file(root.join("file_00000000")).expect_err("read-only");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_flat_pseudo_directory_with_unpadded_names_lists_completely() {
+    let config = config_yaml_with(
+        "",
+        &[backend(
+            "flat",
+            "PSEUDO",
+            "",
+            &[
+                "file_name_format: \"f%d.bin\"",
+                "file_starting_number: 7",
+                "files_at_depth_0: 2500",
+                "file_size: 10",
+                "max_list_page_size: 100",
+            ],
+        )],
+    );
+    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let root = m.path().join("flat");
+    let names: BTreeSet<String> = std::fs::read_dir(&root)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    let want: BTreeSet<String> = (7..2507).map(|n| format!("f{n}.bin")).collect();
+    assert_eq!(names, want);
+    let listed = run("ls", &[root.to_str().expect("path")]);
+    assert_eq!(listed.lines().count(), 2500);
+    assert_eq!(
+        std::fs::read(root.join("f2506.bin")).expect("read"),
+        expected("f2506.bin", 10)
+    );
+    let err = std::fs::metadata(root.join("f2507.bin")).expect_err("past the last");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+}
+
+/// A writable RAM backend `mem` with `ram` keys, multipart uploads from 1 MiB on.
+fn ram_mount(ram: &[&str]) -> MsfsMount {
+    let config = config_yaml_with(
+        "multipart_upload_threshold_bytes: 1048576\n",
+        &[backend(
+            "mem",
+            "RAM",
+            "    readonly: false\n    flush_on_close: true\n",
+            ram,
+        )],
+    );
+    MsfsMount::start(&config, "yaml").expect("mount")
+}
+
+fn cp(from: &Path, to: &Path) -> std::process::Output {
+    Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .output()
+        .expect("run cp")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ram_backend_keeps_what_cp_writes_through_renames_and_deletes() {
+    let m = ram_mount(&["max_total_object_space: 268435456"]);
+    let root = m.path().join("mem");
+    let local = tempfile::tempdir().expect("tempdir");
+    let small = pattern(1000, 1);
+    let big = pattern(20 * MIB + 3, 2); // three parts
+    std::fs::write(local.path().join("small"), &small).expect("write local");
+    std::fs::write(local.path().join("big"), &big).expect("write local");
+
+    for name in ["small", "big"] {
+        let out = cp(&local.path().join(name), &root.join(name));
+        assert!(out.status.success(), "cp {name}: {out:?}");
+    }
+    assert!(std::fs::read(root.join("small")).expect("read") == small);
+    assert!(read_direct(&root.join("big")) == big);
+
+    std::fs::create_dir(root.join("sub")).expect("mkdir");
+    std::fs::rename(root.join("small"), root.join("sub/small2")).expect("rename small");
+    std::fs::rename(root.join("big"), root.join("big2")).expect("rename big");
+    assert!(!root.join("small").exists() && !root.join("big").exists());
+    assert!(std::fs::read(root.join("sub/small2")).expect("read") == small);
+    assert!(read_direct(&root.join("big2")) == big);
+
+    // Overwrite in place, then delete.
+    std::fs::write(root.join("sub/small2"), b"replaced").expect("overwrite");
+    assert_eq!(
+        std::fs::read(root.join("sub/small2")).expect("read"),
+        b"replaced"
+    );
+    std::fs::remove_file(root.join("big2")).expect("rm");
+    std::fs::remove_file(root.join("sub/small2")).expect("rm");
+    std::fs::remove_dir(root.join("sub")).expect("rmdir");
+    assert_eq!(std::fs::read_dir(&root).expect("ls").count(), 0);
+}
+
+/// Writes `body` to `path` and fsyncs it: Ok means the store acknowledged the bytes.
+fn write_synced(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(body)?;
+    file.sync_all()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_ram_backend_fails_writes_with_enospc_and_loses_nothing_acknowledged() {
+    // 12 MiB and 5 objects.
+    let m = ram_mount(&["max_total_object_space: 12582912", "max_total_objects: 5"]);
+    let root = m.path().join("mem");
+    let a = pattern(4 * MIB, 3);
+    let b = pattern(4 * MIB + 1, 4);
+    write_synced(&root.join("a"), &a).expect("a fits");
+    write_synced(&root.join("b"), &b).expect("b fits");
+
+    // Out of space: 4 + 4 + 6 MiB > 12 MiB.
+    let err = write_synced(&root.join("c"), &pattern(6 * MIB, 5)).expect_err("no room for c");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let local = tempfile::tempdir().expect("tempdir");
+    std::fs::write(local.path().join("d"), pattern(5 * MIB, 6)).expect("write local");
+    let out = cp(&local.path().join("d"), &root.join("d"));
+    assert!(!out.status.success(), "cp past the bound succeeded");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No space left on device"),
+        "{out:?}"
+    );
+    assert!(read_direct(&root.join("a")) == a, "a intact");
+    assert!(read_direct(&root.join("b")) == b, "b intact");
+    std::fs::remove_file(root.join("c")).expect("rm c");
+    std::fs::remove_file(root.join("d")).expect("rm d");
+
+    // Out of objects: a, b and a directory marker leave room for two more.
+    std::fs::create_dir(root.join("dir")).expect("mkdir");
+    write_synced(&root.join("dir/e"), b"e").expect("e fits");
+    write_synced(&root.join("f"), b"f").expect("f fits");
+    let err = write_synced(&root.join("g"), b"g").expect_err("no object left for g");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    std::fs::remove_file(root.join("g")).expect("rm g");
+
+    assert!(read_direct(&root.join("a")) == a, "a intact");
+    assert!(read_direct(&root.join("b")) == b, "b intact");
+    assert_eq!(std::fs::read(root.join("dir/e")).expect("read e"), b"e");
+    assert_eq!(std::fs::read(root.join("f")).expect("read f"), b"f");
+    // Deleting makes room again.
+    std::fs::remove_file(root.join("b")).expect("rm b");
+    write_synced(&root.join("g"), &pattern(6 * MIB, 7)).expect("g fits now");
+}

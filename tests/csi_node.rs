@@ -5,6 +5,7 @@
 mod common;
 
 use std::io::Write;
+use std::path::Path;
 
 use common::Garage;
 use common::csi::{
@@ -556,4 +557,62 @@ async fn two_volumes_on_one_bucket_share_the_line_cache() {
             .await
             .expect("unpublish");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_plugin_recovers_its_volumes_at_the_next_republish() {
+    let garage = Garage::start();
+    garage.create_bucket("csi-restart");
+    garage
+        .put_object("csi-restart", "hello.txt", "still here")
+        .await;
+    let mut plugin = CsiPlugin::start();
+    let kept = plugin.target("pod-1", "pv-kept");
+    let dropped = plugin.target("pod-2", "pv-dropped");
+    let request = |volume: &str, target: &Path| {
+        publish_request(
+            volume,
+            target,
+            garage_attributes(&garage, "csi-restart"),
+            garage_secrets(&garage),
+        )
+    };
+    let mut node = plugin.node().await;
+    for (volume, target) in [("pv-kept", &kept), ("pv-dropped", &dropped)] {
+        node.node_publish_volume(request(volume, target))
+            .await
+            .unwrap_or_else(|e| panic!("publish {volume}: {e}\n{}", plugin.log_text()));
+    }
+    assert_eq!(
+        std::fs::read_to_string(kept.join("hello.txt")).expect("read"),
+        "still here"
+    );
+
+    plugin.kill_and_restart();
+    let dead = std::fs::metadata(kept.join("hello.txt")).expect_err("the session died");
+    assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
+    let staging = plugin.state_dir().join("staging");
+    let leftovers: Vec<_> = std::fs::read_dir(&staging).expect("staging").collect();
+    assert!(
+        leftovers.is_empty(),
+        "stale staging mounts cleaned at start: {leftovers:?}"
+    );
+
+    // The kubelet republishes (requiresRepublish) and unpublishes as usual.
+    let mut node = plugin.node().await;
+    node.node_publish_volume(request("pv-kept", &kept))
+        .await
+        .unwrap_or_else(|e| panic!("republish after restart: {e}\n{}", plugin.log_text()));
+    assert_eq!(
+        std::fs::read_to_string(kept.join("hello.txt")).expect("read"),
+        "still here"
+    );
+    node.node_unpublish_volume(unpublish_request("pv-dropped", &dropped))
+        .await
+        .unwrap_or_else(|e| panic!("unpublish after restart: {e}\n{}", plugin.log_text()));
+    assert!(!dropped.exists(), "the dead target is detached and removed");
+    node.node_unpublish_volume(unpublish_request("pv-kept", &kept))
+        .await
+        .expect("unpublish");
+    assert!(!mounted(&kept) && !kept.exists());
 }

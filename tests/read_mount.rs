@@ -10,18 +10,8 @@ use std::process::Command;
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use common::{Garage, MsfsMount, config_yaml, config_yaml_with, pattern, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml, config_yaml_with, pattern, run, s3_backend_yaml};
 use futures::StreamExt;
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().expect("run command");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
 
 fn md5_of(path: &Path) -> String {
     let out = run("md5sum", &[path.to_str().expect("utf-8 path")]);

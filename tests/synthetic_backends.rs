@@ -10,20 +10,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::{MsfsMount, config_yaml_with, pattern, read_direct};
+use common::{MsfsMount, config_yaml_with, pattern, read_direct, run};
 use msfs::store::pseudo_fill;
 
 const MIB: usize = 1 << 20;
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().expect("run command");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
 
 /// A backend entry of `backend_type` with `keys` for its sub-section (each line indented by six
 /// spaces) and `extra` backend keys (indented by four).

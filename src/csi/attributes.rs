@@ -22,7 +22,7 @@ pub const TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
 
 /// Attributes that describe one backend; also the keys of each `backendsJson` entry.
-const BACKEND_KEYS: [&str; 14] = [
+pub const BACKEND_KEYS: [&str; 14] = [
     "bucketName",
     "prefix",
     "endpoint",
@@ -40,7 +40,7 @@ const BACKEND_KEYS: [&str; 14] = [
 ];
 
 /// Attributes that apply to the whole volume.
-const VOLUME_KEYS: [&str; 5] = [
+pub const VOLUME_KEYS: [&str; 5] = [
     "backendsJson",
     "authenticationSource",
     "roleArn",

@@ -7,6 +7,9 @@
 //! one metrics registry), so volumes over the same bucket share cached lines.
 
 mod attributes;
+
+/// The volume attributes the plugin accepts (per backend, and per volume).
+pub use attributes::{BACKEND_KEYS as BACKEND_ATTRIBUTES, VOLUME_KEYS as VOLUME_ATTRIBUTES};
 mod controller;
 mod credentials;
 mod error;
@@ -110,6 +113,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
     let staging_dir = options.state_dir.join("staging");
     std::fs::create_dir_all(&staging_dir)
         .map_err(|e| format!("cannot create {}: {e}", staging_dir.display()))?;
+    clean_stale_staging(&staging_dir);
     let volumes = Arc::new(Volumes::new(
         engines.clone(),
         runtime.handle().clone(),
@@ -120,6 +124,31 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
         },
     ));
     runtime.block_on(serve(options, socket, engines, volumes))
+}
+
+/// Detaches and removes what a previous run of the plugin left in the staging directory (its
+/// FUSE sessions died with it). Nothing is published yet, so everything there is stale; the
+/// targets themselves are recovered when the kubelet republishes them (`requiresRepublish`) or
+/// cleaned when it unpublishes them.
+fn clean_stale_staging(staging_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(staging_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if matches!(
+            crate::daemon::mountpoint::mounted_fstype(&path),
+            Ok(Some(_))
+        ) {
+            match crate::daemon::mountpoint::detach(&path) {
+                Ok(()) => tracing::info!(staging = %path.display(),
+                    "detached a mount left by a previous run of the plugin"),
+                Err(e) => tracing::warn!(staging = %path.display(), error = %e,
+                    "cannot detach a mount left by a previous run of the plugin"),
+            }
+        }
+        let _ = std::fs::remove_dir(&path);
+    }
 }
 
 async fn serve(

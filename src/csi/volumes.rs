@@ -409,16 +409,26 @@ impl Volumes {
     }
 }
 
-/// Creates the directory (and parents); a dead FUSE mount left there is detached first.
+/// Creates the directory (and parents). Whatever is mounted there is not ours (a volume this
+/// process serves is never mounted again): it is left by a previous run of the plugin, whose
+/// sessions died with it, and is detached first. (A dead mount's root may still `stat` fine
+/// from cached attributes, so the mount table decides, not an ENOTCONN.)
 fn prepare_dir(path: &Path) -> Result<(), CsiError> {
     let io = |source| CsiError::Io {
         what: "cannot prepare mount directory",
         path: path.to_path_buf(),
         source,
     };
-    if let Err(e) = std::fs::metadata(path)
-        && e.raw_os_error() == Some(libc::ENOTCONN)
-    {
+    // Mounts may be stacked (a republish that raced a crash); a few rounds clear them.
+    for _ in 0..8 {
+        let stale = match std::fs::metadata(path) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => true,
+            _ => matches!(mountpoint::mounted_fstype(path), Ok(Some(_))),
+        };
+        if !stale {
+            break;
+        }
+        tracing::info!(path = %path.display(), "detaching a mount left by a previous run");
         mountpoint::detach(path).map_err(io)?;
     }
     std::fs::create_dir_all(path).map_err(io)

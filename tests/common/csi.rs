@@ -34,6 +34,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// A running `msfs csi`; see the module docs.
 pub struct CsiPlugin {
     child: Option<Child>,
+    /// How the plugin was started, to start it again over the same directories.
+    command: Vec<std::ffi::OsString>,
     socket: PathBuf,
     kubelet: PathBuf,
     state: PathBuf,
@@ -75,23 +77,46 @@ impl CsiPlugin {
             std::fs::write(&path, text).expect("write node config");
             command.arg(&path);
         }
-        let child = command
-            .env("RUST_LOG", "info,msfs=debug")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("log fd"))
-            .stderr(log_file)
-            .spawn()
-            .expect("spawn msfs csi");
+        drop(log_file);
         let mut plugin = CsiPlugin {
-            child: Some(child),
+            child: None,
+            command: command.get_args().map(|a| a.to_os_string()).collect(),
             socket,
             kubelet,
             state,
             log,
             dir: Some(dir),
         };
-        plugin.wait_until_serving();
+        plugin.spawn();
         plugin
+    }
+
+    /// Starts the plugin process (appending to its log) and waits until it serves.
+    fn spawn(&mut self) {
+        let log_file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .expect("open plugin log");
+        let child = Command::new(env!("CARGO_BIN_EXE_msfs"))
+            .args(&self.command)
+            .env("RUST_LOG", "info,msfs=debug")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log fd"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn msfs csi");
+        self.child = Some(child);
+        self.wait_until_serving();
+    }
+
+    /// SIGKILLs the plugin (its mounts die with it, as in an OOM kill or a node-agent crash)
+    /// and starts it again over the same socket, state and kubelet directories.
+    pub fn kill_and_restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.spawn();
     }
 
     fn wait_until_serving(&mut self) {

@@ -106,6 +106,20 @@ pub fn yaml_str(s: &str) -> String {
     out
 }
 
+/// Runs `cmd args…`, fails the test with its stderr unless it succeeds, and returns its stdout.
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .expect("run command");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
 /// Reads a whole file with O_DIRECT (`dd iflag=direct`), so that the kernel page cache cannot
 /// answer for msfs: every byte comes through a FUSE read.
 pub fn read_direct(path: &std::path::Path) -> Vec<u8> {

@@ -29,7 +29,7 @@ pub use instrumented::InstrumentedStore;
 pub use pseudo::{PseudoStore, pseudo_byte, pseudo_fill};
 pub use ram::RamStore;
 pub use retry::RetryPolicy;
-pub use s3::S3Store;
+pub use s3::{S3Store, decode_listed_key};
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 

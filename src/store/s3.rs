@@ -11,7 +11,7 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
-use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, ObjectIdentifier};
+use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, EncodingType, ObjectIdentifier};
 use bytes::Bytes;
 
 use super::{
@@ -289,6 +289,9 @@ impl ObjectStore for S3Store {
                     .prefix(prefix)
                     .set_delimiter(request.delimited.then(|| "/".to_string()))
                     .set_start_after(request.start_after.clone())
+                    // Keys may hold characters XML 1.0 cannot carry (control characters): ask
+                    // for them URL-encoded, or one such key would make the whole page unreadable.
+                    .encoding_type(EncodingType::Url)
                     .set_continuation_token(request.continuation.clone())
                     .set_max_keys(request.max_keys.map(|m| m.min(i32::MAX as u32) as i32))
                     .send()
@@ -296,12 +299,13 @@ impl ObjectStore for S3Store {
                     .map_err(|e| self.classify("list", prefix, e))
             })
             .await?;
+        let decode = |text: &str| listed_key(text, out.encoding_type());
         let objects = out
             .contents()
             .iter()
             .filter_map(|o| {
                 Some(ObjectMeta {
-                    key: o.key()?.to_string(),
+                    key: decode(o.key()?)?,
                     size: to_size(o.size()),
                     etag: o.e_tag().unwrap_or_default().to_string(),
                     last_modified: to_system_time(o.last_modified()),
@@ -311,7 +315,7 @@ impl ObjectStore for S3Store {
         let common_prefixes = out
             .common_prefixes()
             .iter()
-            .filter_map(|p| p.prefix().map(str::to_string))
+            .filter_map(|p| decode(p.prefix()?))
             .collect();
         let next = if out.is_truncated().unwrap_or(false) {
             out.next_continuation_token().map(str::to_string)
@@ -501,15 +505,17 @@ impl ObjectStore for S3Store {
                         .prefix(prefix)
                         .set_key_marker(markers.0.clone())
                         .set_upload_id_marker(markers.1.clone())
+                        .encoding_type(EncodingType::Url)
                         .send()
                         .await
                         .map_err(|e| self.classify("list_uploads", prefix, e))
                 })
                 .await?;
+            let decode = |text: &str| listed_key(text, out.encoding_type());
             for upload in out.uploads() {
-                if let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) {
+                if let (Some(key), Some(id)) = (upload.key().and_then(decode), upload.upload_id()) {
                     uploads.push(PendingUpload {
-                        key: key.to_string(),
+                        key,
                         upload_id: id.to_string(),
                         initiated: to_system_time(upload.initiated()),
                     });
@@ -519,7 +525,7 @@ impl ObjectStore for S3Store {
                 return Ok(uploads);
             }
             let next = (
-                out.next_key_marker().map(str::to_string),
+                out.next_key_marker().and_then(decode),
                 out.next_upload_id_marker().map(str::to_string),
             );
             if next.0.is_none() || next == markers {
@@ -610,9 +616,56 @@ impl ObjectStore for S3Store {
     }
 }
 
+/// A key (or prefix, or marker) as a listing returned it: decoded when the response says it
+/// applied `encoding-type=url`. A server that ignores the request (not every S3-compatible one
+/// supports it) leaves EncodingType out, and its keys are taken as they are.
+fn listed_key(text: &str, encoding: Option<&EncodingType>) -> Option<String> {
+    match encoding {
+        Some(EncodingType::Url) => decode_listed_key(text),
+        _ => Some(text.to_string()),
+    }
+}
+
+/// A key from a listing made with `encoding-type=url`: `+` is a space and `%XX` a byte
+/// (form encoding, as S3 writes it). `None` for text that does not decode to UTF-8, which no key
+/// can be.
+pub fn decode_listed_key(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::percent_encode_key;
+    use super::{decode_listed_key, percent_encode_key};
+
+    #[test]
+    fn listed_keys_decode_form_encoding() {
+        assert_eq!(
+            decode_listed_key("a+b%2Bc%07%C3%BC/x").as_deref(),
+            Some("a b+c\u{7}ü/x")
+        );
+        assert_eq!(
+            decode_listed_key("plain/key.txt").as_deref(),
+            Some("plain/key.txt")
+        );
+        assert_eq!(decode_listed_key("bad%zz"), None);
+        assert_eq!(decode_listed_key("cut%4"), None);
+        assert_eq!(decode_listed_key("%ff"), None, "not UTF-8");
+    }
 
     #[test]
     fn copy_source_keys_are_percent_encoded_except_slashes() {

@@ -384,13 +384,14 @@ impl Garage {
                 .bucket(bucket)
                 .prefix(prefix)
                 .set_continuation_token(token.take())
+                .encoding_type(aws_sdk_s3::types::EncodingType::Url)
                 .send()
                 .await
                 .unwrap_or_else(|e| panic!("list s3://{bucket}/{prefix}: {}", error_text(&e)));
             keys.extend(
                 resp.contents()
                     .iter()
-                    .filter_map(|o| o.key().map(String::from)),
+                    .filter_map(|o| o.key().and_then(msfs::store::decode_listed_key)),
             );
             match resp.next_continuation_token() {
                 Some(next) if resp.is_truncated() == Some(true) => token = Some(next.to_string()),

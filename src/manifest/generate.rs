@@ -1,9 +1,9 @@
 //! Manifest generation: lists a backend's whole namespace once, in parallel, and writes it as a
 //! manifest ([`super::format`]) that lookups and listings can later be served from without LIST.
 //!
-//! **Listing.** `workers` lister tasks share one queue ([`super::queue`], bounded in memory by
+//! **Listing.** `workers` lister tasks share one queue (`queue.rs`, bounded in memory by
 //! spilling pending directories to disk) of directories, each listed "/"-delimited exactly as
-//! the live mount lists it ([`crate::fs::listing`]): common prefixes become `d` rows (and queued
+//! the live mount lists it (`fs/listing.rs`): common prefixes become `d` rows (and queued
 //! directories), objects become `f` rows, and the directory's own marker (`dir/`, an empty
 //! name) is no entry. Rows stream to the directory's TSV page by page, in listing order, so no
 //! directory is ever held in memory. Names the mount later hides (`.`, `..`, over 255 bytes)
@@ -13,14 +13,16 @@
 //! as the live mount does.
 //!
 //! **Flat directories.** A directory whose listing is still paginating after
-//! `flat_dir_confirmation_pages` pages (0 turns detection off) and whose pages were (almost) all
-//! objects — at most one sub-directory per [`FLAT_MAX_SUBDIR_SHARE`] entries, so a huge
-//! directory with a few sub-directories still counts — has the rest of its listing split
-//! into key ranges ([`super::split`]) that queue as jobs of their own. A directory named by a
-//! `flat_dir_hints` entry is split from its first key without any detection. Each range writes
-//! a part file; the lister finishing the last range of a directory appends the parts, in key
-//! order, to the rows the directory's own lister already wrote. The ranges partition the key
-//! space, so no key is listed twice or missed.
+//! `flat_dir_confirmation_pages` pages (0 turns detection off, as does a single worker) and
+//! whose pages were (almost) all objects — at most one sub-directory per
+//! [`FLAT_MAX_SUBDIR_SHARE`] entries, so a huge directory with a few sub-directories still
+//! counts — has the rest of its listing split into key ranges ([`super::split`]: by key-prefix
+//! characters, or at sampled keys; at most `workers` ranges, up to
+//! [`split::MAX_AUTO_RANGES`]) that queue as jobs of their own and are taken before any
+//! further directory. A directory named by a `flat_dir_hints` entry is split from its first
+//! key without any detection. Each range writes a part file; the lister finishing the last
+//! range of a directory appends the parts, in key order, to the rows the directory's own lister
+//! already wrote. The ranges partition the key space, so no key is listed twice or missed.
 //!
 //! **Output.** Everything is built in a fresh directory under `temp_dir` (default: beside
 //! `output`), synced, completed by `manifest_index.json` (written last), and then moved into
@@ -43,9 +45,9 @@ use std::time::{Instant, SystemTime};
 use tokio::task::JoinSet;
 
 use super::format::{
-    DirWriter, Entry, FORMAT_VERSION, FormatError, INDEX_FILE, ManifestInfo, Totals, dir_file,
-    format_time,
+    DirWriter, Entry, FORMAT_VERSION, FormatError, ManifestInfo, Totals, dir_file, format_time,
 };
+use super::output::{BuildDir, PARTS_DIR, SPILL_DIR, check_output};
 use super::progress::{Counters, ProgressMode, Reporter};
 use super::queue::{Frontier, Job, MAX_PENDING_DIRS_IN_MEMORY, Scheduler};
 use super::split::{self, KeyRange, Prober, Strategy};
@@ -55,10 +57,6 @@ use crate::store::{ListPage, ListRequest, ObjectMeta, ObjectStore, StoreError};
 /// A directory counts as flat when at most one in this many of the entries on its
 /// confirmation pages is a sub-directory.
 pub const FLAT_MAX_SUBDIR_SHARE: u64 = 100;
-/// Top-level names in the build directory for the generator's own scratch files (a bucket's
-/// top-level directory never collides: its TSV name escapes a leading `_`).
-const PARTS_DIR: &str = "_msfs_gen_parts";
-const SPILL_DIR: &str = "_msfs_gen_queue";
 
 /// How to generate a manifest.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,7 +155,10 @@ pub enum GenerateError {
     Lister(String),
 }
 
-fn io_error(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> GenerateError {
+pub(super) fn io_error(
+    path: &Path,
+    action: &'static str,
+) -> impl FnOnce(io::Error) -> GenerateError {
     let path = path.to_path_buf();
     move |source| GenerateError::Io {
         path,
@@ -211,6 +212,7 @@ pub async fn generate(
             .map(|h| (h.path.trim_matches('/').to_string(), h.clone()))
             .collect(),
         target_ranges: workers.clamp(2, split::MAX_AUTO_RANGES),
+        workers,
         queue: Scheduler::new(Frontier::new(
             build.path.join(SPILL_DIR),
             MAX_PENDING_DIRS_IN_MEMORY,
@@ -313,6 +315,7 @@ struct Ctx {
     /// By directory path ("" for the root, else "a/b").
     hints: HashMap<String, FlatDirHint>,
     target_ranges: usize,
+    workers: usize,
     queue: Scheduler<RangeJob>,
     counters: Arc<Counters>,
     next_part: AtomicU64,
@@ -383,19 +386,45 @@ impl Ctx {
         points: Vec<String>,
         strategy: Strategy,
     ) {
-        let ranges = split::partition(after, points);
+        let ranges = split::partition(after, None, points);
         tracing::debug!(dir, ranges = ranges.len(), %strategy, "splitting a flat directory");
         let split = Arc::new(SplitDir {
             dir,
             tsv,
             parts: Mutex::new(Vec::with_capacity(ranges.len())),
-            remaining: AtomicUsize::new(ranges.len()),
+            remaining: AtomicUsize::new(0),
         });
+        self.add_ranges(&split, ranges);
+    }
+
+    /// Queues more ranges of `split`; counted before they can finish, so no lister merges early.
+    fn add_ranges(&self, split: &Arc<SplitDir>, ranges: Vec<KeyRange>) {
+        split.remaining.fetch_add(ranges.len(), Ordering::AcqRel);
         self.queue
             .push_ranges(ranges.into_iter().map(|range| RangeJob {
                 split: split.clone(),
                 range,
             }));
+    }
+
+    /// Split points for the rest of a directory's listing, (`after`, `through`].
+    async fn plan_split(
+        &self,
+        prefix: &str,
+        after: &str,
+        through: Option<&str>,
+        seen: &BTreeSet<char>,
+        target: usize,
+    ) -> Result<split::Plan, GenerateError> {
+        let on_list = || Counters::add(&self.counters.lists, 1);
+        let prober = Prober {
+            store: self.store.as_ref(),
+            prefix,
+            on_list: &on_list,
+        };
+        split::plan(&prober, after, through, seen, target)
+            .await
+            .map_err(|source| self.list_error(prefix, source))
     }
 }
 
@@ -486,7 +515,8 @@ async fn list_dir(ctx: &Ctx, dir: String) -> Result<(), GenerateError> {
         ctx.start_split(dir, tsv, None, points, Strategy::Hint);
         return Ok(());
     }
-    let mut detect = ctx.confirmation_pages > 0;
+    // With one lister, splitting would only add probes.
+    let mut detect = ctx.confirmation_pages > 0 && ctx.workers > 1;
     let mut pages = 0u32;
     let (mut objects, mut subdirs) = (0u64, 0u64);
     let mut seen = BTreeSet::new();
@@ -513,15 +543,9 @@ async fn list_dir(ctx: &Ctx, dir: String) -> Result<(), GenerateError> {
             detect = false;
             let flat = subdirs * FLAT_MAX_SUBDIR_SHARE <= objects + subdirs;
             if flat && let Some(after) = last_key {
-                let on_list = || Counters::add(&ctx.counters.lists, 1);
-                let prober = Prober {
-                    store: ctx.store.as_ref(),
-                    prefix: &prefix,
-                    on_list: &on_list,
-                };
-                let plan = split::plan(&prober, &after, &seen, ctx.target_ranges)
-                    .await
-                    .map_err(|source| ctx.list_error(&prefix, source))?;
+                let plan = ctx
+                    .plan_split(&prefix, &after, None, &seen, ctx.target_ranges)
+                    .await?;
                 if !plan.points.is_empty() {
                     sink.finish(entries).await?;
                     ctx.start_split(dir, tsv, Some(after), plan.points, plan.strategy);
@@ -535,6 +559,10 @@ async fn list_dir(ctx: &Ctx, dir: String) -> Result<(), GenerateError> {
 }
 
 /// Lists one range of a split directory into a part file; the last range to finish merges.
+///
+/// A range still paginating after every `flat_dir_confirmation_pages` pages while listers
+/// stand idle (its split points guessed wrong, or keys are skewed) hands the rest of itself,
+/// split again, to them and ends where it got to.
 async fn list_range(ctx: &Ctx, job: RangeJob) -> Result<(), GenerateError> {
     let RangeJob { split, range } = job;
     let prefix = ctx.dir_prefix(&split.dir);
@@ -544,6 +572,8 @@ async fn list_range(ctx: &Ctx, job: RangeJob) -> Result<(), GenerateError> {
     ));
     let mut sink = Sink::new(part.clone());
     let mut token: Option<String> = None;
+    let mut pages = 0u32;
+    let mut seen = BTreeSet::new();
     loop {
         let request = match (token.take(), &range.after) {
             (Some(token), _) => ListRequest::delimited(&prefix).continuing(Some(token)),
@@ -555,9 +585,42 @@ async fn list_range(ctx: &Ctx, job: RangeJob) -> Result<(), GenerateError> {
         let next = page.next.clone();
         let batch = Batch::of(&split.dir, &prefix, page, Some(&range));
         let past_end = batch.past_end;
+        let last_key = batch.last_key.clone();
+        pages += 1;
+        note_chars(&mut seen, &batch.entries);
         let entries = ctx.take(batch)?;
         match next {
             Some(next) if !past_end => {
+                let check =
+                    ctx.confirmation_pages > 0 && pages.is_multiple_of(ctx.confirmation_pages);
+                let idle = if check {
+                    ctx.queue.idle(ctx.workers)
+                } else {
+                    0
+                };
+                // (A page can only end at or before the range's start when a store repeats a
+                // common prefix there; nothing to split then.)
+                if idle > 0
+                    && let Some(after) = last_key
+                    && range.starts_before(&after)
+                {
+                    let plan = ctx
+                        .plan_split(&prefix, &after, range.through.as_deref(), &seen, idle + 1)
+                        .await?;
+                    if !plan.points.is_empty() {
+                        let rest =
+                            split::partition(Some(after), range.through.clone(), plan.points);
+                        tracing::debug!(
+                            dir = split.dir,
+                            ranges = rest.len(),
+                            strategy = %plan.strategy,
+                            "splitting a range again for idle listers"
+                        );
+                        ctx.add_ranges(&split, rest);
+                        sink.finish(entries).await?;
+                        break;
+                    }
+                }
                 sink.add(entries).await?;
                 token = Some(next);
             }
@@ -716,241 +779,6 @@ impl Batch {
             }
         }
         batch
-    }
-}
-
-/// Refuses an output that holds a manifest or anything else, unless `overwrite`.
-fn check_output(output: &Path, overwrite: bool) -> Result<(), GenerateError> {
-    let meta = match fs::metadata(output) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_error(output, "inspect the output directory")(e)),
-    };
-    if !meta.is_dir() {
-        return Err(GenerateError::OutputNotDirectory {
-            path: output.to_path_buf(),
-        });
-    }
-    if overwrite {
-        return Ok(());
-    }
-    match ManifestInfo::read(output) {
-        Ok(Some(info)) => {
-            return Err(GenerateError::ManifestExists {
-                path: output.to_path_buf(),
-                created_at: info.created_at,
-            });
-        }
-        Ok(None) => {}
-        // Unreadable, but a manifest index all the same: not ours to replace silently.
-        Err(_) if output.join(INDEX_FILE).exists() => {
-            return Err(GenerateError::ManifestExists {
-                path: output.to_path_buf(),
-                created_at: "at an unknown time; its index is unreadable".into(),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let mut entries =
-        fs::read_dir(output).map_err(io_error(output, "read the output directory"))?;
-    if entries.next().is_some() {
-        return Err(GenerateError::OutputNotEmpty {
-            path: output.to_path_buf(),
-        });
-    }
-    Ok(())
-}
-
-/// The directory a manifest is built in; removed on drop unless it was moved into place.
-struct BuildDir {
-    path: PathBuf,
-    done: bool,
-}
-
-impl BuildDir {
-    fn create(output: &Path, temp_dir: Option<&Path>) -> Result<BuildDir, GenerateError> {
-        let parent = match temp_dir {
-            Some(dir) => dir.to_path_buf(),
-            None => parent_of(output),
-        };
-        fs::create_dir_all(&parent).map_err(io_error(&parent, "create the build directory"))?;
-        let path = sibling_name(&parent, output, "msfs-gen");
-        fs::create_dir(&path).map_err(io_error(&path, "create the build directory"))?;
-        Ok(BuildDir { path, done: false })
-    }
-
-    /// Removes scratch files, syncs, writes the index and moves the manifest into `output`.
-    fn complete(
-        mut self,
-        info: &ManifestInfo,
-        output: &Path,
-        overwrite: bool,
-    ) -> Result<(), GenerateError> {
-        for scratch in [PARTS_DIR, SPILL_DIR] {
-            let path = self.path.join(scratch);
-            match fs::remove_dir_all(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(io_error(&path, "remove scratch files")(e));
-                }
-                _ => {}
-            }
-        }
-        sync_filesystem(&self.path)?;
-        info.write(&self.path)?;
-        // Someone may have written a manifest there while we listed.
-        check_output(output, overwrite)?;
-        install(&self.path, output)?;
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for BuildDir {
-    fn drop(&mut self) {
-        if !self.done {
-            // Only on failure or cancellation; best effort.
-            let _ = fs::remove_dir_all(&self.path);
-        }
-    }
-}
-
-fn parent_of(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// A fresh hidden name in `dir` derived from `output`'s name.
-fn sibling_name(dir: &Path, output: &Path, what: &str) -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "manifest".into());
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    dir.join(format!(
-        ".{name}.{what}-{}-{nanos:x}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
-/// Flushes everything written under `path` to stable storage (one `syncfs` instead of an
-/// `fsync` per TSV), so the index written next never outlives the rows it describes.
-fn sync_filesystem(path: &Path) -> Result<(), GenerateError> {
-    use std::os::fd::AsRawFd;
-    let dir = fs::File::open(path).map_err(io_error(path, "open to sync"))?;
-    // SAFETY: `dir` is an open descriptor for the duration of the call.
-    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-        return Err(io_error(path, "sync")(io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
-/// Moves the complete manifest at `build` into `output`, replacing what is there (the caller
-/// checked it may). One rename when possible; otherwise (another filesystem, or `output` is a
-/// mount point) entry by entry, with the index last.
-fn install(build: &Path, output: &Path) -> Result<(), GenerateError> {
-    let mut old = None;
-    match fs::read_dir(output) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                let aside = sibling_name(&parent_of(output), output, "msfs-old");
-                if fs::rename(output, &aside).is_ok() {
-                    old = Some(aside);
-                } else {
-                    clear_dir(output)?;
-                }
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let parent = parent_of(output);
-            fs::create_dir_all(&parent).map_err(io_error(&parent, "create the output's parent"))?;
-        }
-        Err(e) => return Err(io_error(output, "read the output directory")(e)),
-    }
-    // `output` is now missing or an empty directory, which a rename replaces.
-    if fs::rename(build, output).is_err() {
-        fs::create_dir_all(output).map_err(io_error(output, "create the output directory"))?;
-        move_contents(build, output)?;
-        fs::remove_dir_all(build).map_err(io_error(build, "remove the build directory"))?;
-    }
-    if let Ok(parent) = fs::File::open(parent_of(output)) {
-        let _ = parent.sync_all();
-    }
-    if let Some(old) = old {
-        fs::remove_dir_all(&old).map_err(io_error(&old, "remove the replaced manifest"))?;
-    }
-    Ok(())
-}
-
-/// Empties `dir`, its manifest index first (so it stops counting as a manifest at once).
-fn clear_dir(dir: &Path) -> Result<(), GenerateError> {
-    match fs::remove_file(dir.join(INDEX_FILE)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => {
-            return Err(io_error(&dir.join(INDEX_FILE), "remove the old index")(e));
-        }
-        _ => {}
-    }
-    for entry in fs::read_dir(dir).map_err(io_error(dir, "read the output directory"))? {
-        let path = entry
-            .map_err(io_error(dir, "read the output directory"))?
-            .path();
-        let removed = if path.is_dir() && !path.is_symlink() {
-            fs::remove_dir_all(&path)
-        } else {
-            fs::remove_file(&path)
-        };
-        removed.map_err(io_error(&path, "remove the old contents"))?;
-    }
-    Ok(())
-}
-
-/// Moves every entry of `from` into `to` (renaming, or copying across filesystems), the
-/// manifest index last.
-fn move_contents(from: &Path, to: &Path) -> Result<(), GenerateError> {
-    let mut names = Vec::new();
-    for entry in fs::read_dir(from).map_err(io_error(from, "read the build directory"))? {
-        let name = entry
-            .map_err(io_error(from, "read the build directory"))?
-            .file_name();
-        if name != INDEX_FILE {
-            names.push(name);
-        }
-    }
-    for name in names {
-        let (source, dest) = (from.join(&name), to.join(&name));
-        if fs::rename(&source, &dest).is_err() {
-            copy_tree(&source, &dest)?;
-        }
-    }
-    // The index last, and whole: copied beside its place first when it cannot be renamed.
-    let (source, dest) = (from.join(INDEX_FILE), to.join(INDEX_FILE));
-    if fs::rename(&source, &dest).is_err() {
-        let staged = to.join(format!(".{INDEX_FILE}.msfs-move"));
-        fs::copy(&source, &staged).map_err(io_error(&staged, "copy the manifest index"))?;
-        fs::rename(&staged, &dest).map_err(io_error(&dest, "move the manifest index"))?;
-    }
-    Ok(())
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<(), GenerateError> {
-    if from.is_dir() {
-        fs::create_dir_all(to).map_err(io_error(to, "create a manifest directory"))?;
-        for entry in fs::read_dir(from).map_err(io_error(from, "read a manifest directory"))? {
-            let name = entry
-                .map_err(io_error(from, "read a manifest directory"))?
-                .file_name();
-            copy_tree(&from.join(&name), &to.join(&name))?;
-        }
-        Ok(())
-    } else {
-        fs::copy(from, to).map_err(io_error(to, "copy a manifest file"))?;
-        Ok(())
     }
 }
 

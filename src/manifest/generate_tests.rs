@@ -2,147 +2,20 @@
 //! plain full listing, whatever the layout and however the listing was split.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
-use std::sync::Mutex;
-
-use async_trait::async_trait;
-use bytes::Bytes;
 
 use super::*;
 use crate::manifest::format::{EntryKind, parse_time, read_dir_file};
-use crate::store::{
-    ChunkSink, CompletedPart, FileStore, ObjectMeta, PendingUpload, PutResult,
-    Result as StoreResult,
-};
+use crate::store::testing::TestStore;
 
-/// Forwards to a [`FileStore`] and records every LIST it is asked for (the shared `TestStore`
-/// counts other operations, not listings), failing them on request.
-#[derive(Debug)]
-struct Recorder {
-    inner: FileStore,
-    lists: Mutex<Vec<ListRequest>>,
-    fail_lists_under: Mutex<Option<String>>,
-}
-
-impl Recorder {
-    fn new(root: &Path) -> Arc<Recorder> {
-        Arc::new(Recorder {
-            inner: FileStore::new(root.to_path_buf()).expect("file store"),
-            lists: Mutex::default(),
-            fail_lists_under: Mutex::default(),
-        })
-    }
-
-    fn lists(&self) -> Vec<ListRequest> {
-        self.lists.lock().expect("lists").clone()
-    }
-
-    /// Range listings of directory prefix `prefix`: the `start_after` of each page-sized LIST
-    /// that starts after a key (probes ask for one key).
-    fn range_starts(&self, prefix: &str) -> Vec<String> {
-        self.lists()
-            .into_iter()
-            .filter(|r| r.prefix == prefix && r.max_keys != Some(1) && r.continuation.is_none())
-            .filter_map(|r| r.start_after)
-            .collect()
-    }
-}
-
-#[async_trait]
-impl ObjectStore for Recorder {
-    fn id(&self) -> &str {
-        "recorder"
-    }
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        self.inner.head(key).await
-    }
-    async fn get_range(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        etag: Option<&str>,
-    ) -> StoreResult<Bytes> {
-        self.inner.get_range(key, range, etag).await
-    }
-    async fn get_range_into(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        etag: Option<&str>,
-        sink: &mut ChunkSink<'_>,
-    ) -> StoreResult<u64> {
-        self.inner.get_range_into(key, range, etag, sink).await
-    }
-    async fn list(&self, request: &ListRequest) -> StoreResult<ListPage> {
-        self.lists.lock().expect("lists").push(request.clone());
-        let fail = self
-            .fail_lists_under
-            .lock()
-            .expect("fail")
-            .as_ref()
-            .is_some_and(|p| request.prefix.starts_with(p.as_str()));
-        if fail {
-            return Err(StoreError::Unreachable {
-                op: "list",
-                key: request.prefix.clone(),
-                endpoint: "test".into(),
-                message: "injected failure".into(),
-            });
-        }
-        self.inner.list(request).await
-    }
-    async fn put(&self, key: &str, body: Bytes) -> StoreResult<PutResult> {
-        self.inner.put(key, body).await
-    }
-    async fn create_multipart(&self, key: &str) -> StoreResult<String> {
-        self.inner.create_multipart(key).await
-    }
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Bytes,
-    ) -> StoreResult<CompletedPart> {
-        self.inner
-            .upload_part(key, upload_id, part_number, body)
-            .await
-    }
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
-    ) -> StoreResult<CompletedPart> {
-        self.inner
-            .upload_part_copy(key, upload_id, part_number, source_key, range)
-            .await
-    }
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: &[CompletedPart],
-    ) -> StoreResult<PutResult> {
-        self.inner.complete_multipart(key, upload_id, parts).await
-    }
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        self.inner.abort_multipart(key, upload_id).await
-    }
-    async fn list_uploads(&self, prefix: &str) -> StoreResult<Vec<PendingUpload>> {
-        self.inner.list_uploads(prefix).await
-    }
-    async fn copy(&self, source_key: &str, dest_key: &str) -> StoreResult<PutResult> {
-        self.inner.copy(source_key, dest_key).await
-    }
-    async fn delete(&self, key: &str) -> StoreResult<()> {
-        self.inner.delete(key).await
-    }
-    async fn delete_many(&self, keys: &[String]) -> StoreResult<()> {
-        self.inner.delete_many(keys).await
-    }
+/// Range listings of directory prefix `prefix`: the `start_after` of each page-sized LIST that
+/// starts after a key (probes ask for one key).
+fn range_starts(store: &TestStore, prefix: &str) -> Vec<String> {
+    store
+        .lists()
+        .into_iter()
+        .filter(|r| r.prefix == prefix && r.max_keys != Some(1) && r.continuation.is_none())
+        .filter_map(|r| r.start_after)
+        .collect()
 }
 
 /// A bucket directory holding `keys`, each a file of (key length % 7) bytes.
@@ -277,8 +150,8 @@ async fn generate_and_compare(
     prefix: &str,
     options: &GenerateOptions,
     context: &str,
-) -> (Arc<Recorder>, ManifestInfo) {
-    let store = Recorder::new(bucket);
+) -> (Arc<TestStore>, ManifestInfo) {
+    let store = TestStore::new(bucket, "recorder");
     let out = tempfile::tempdir().expect("tempdir");
     let output = out.path().join("manifest");
     let info = generate(store.clone(), "bucket", prefix, &output, options)
@@ -341,14 +214,13 @@ async fn a_flat_directory_with_varied_first_characters_is_split_by_key_prefix() 
     let bucket = bucket_with(&keys);
     let (store, _) =
         generate_and_compare(bucket.path(), "", &options(16, 10, 2), "key prefix").await;
-    let starts = store.range_starts("flat/");
-    // Ranges start after the last key of the first pages and at single characters.
-    assert!(starts.len() >= split::MIN_PREFIX_BLOCKS, "{starts:?}");
+    let starts = range_starts(&store, "flat/");
+    // Ranges start at single characters (and, split again later, at keys).
     let at_characters = starts
         .iter()
         .filter(|s| s.len() == "flat/".len() + 1)
         .count();
-    assert!(at_characters + 1 >= starts.len(), "{starts:?}");
+    assert!(at_characters >= split::MIN_PREFIX_BLOCKS, "{starts:?}");
     // One-character prefix probes were made.
     assert!(
         store
@@ -364,12 +236,35 @@ async fn a_flat_directory_of_similar_names_is_split_at_sampled_keys() {
     let bucket = bucket_with(&keys);
     let (store, _) =
         generate_and_compare(bucket.path(), "", &options(12, 10, 3), "sampled ranges").await;
-    let starts = store.range_starts("imgs/");
+    let starts = range_starts(&store, "imgs/");
     assert!(starts.len() >= 4, "{starts:?}");
     // Split points are real keys found by sampling, not synthetic prefixes.
     let keys: BTreeSet<&String> = keys.iter().collect();
     let sampled = starts.iter().filter(|s| keys.contains(s)).count();
     assert!(sampled + 1 >= starts.len(), "{starts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_skewed_range_is_split_again_for_idle_listers() {
+    // Ten one-character blocks, so the directory is split by key prefix, but one of them
+    // holds nearly every key: its range must be split again while the others stand idle.
+    let mut keys: Vec<String> = (0..600).map(|i| format!("skew/img_{i:05}")).collect();
+    for c in 'a'..='h' {
+        keys.push(format!("skew/{c}"));
+    }
+    for c in 'j'..='r' {
+        keys.push(format!("skew/{c}"));
+    }
+    let bucket = bucket_with(&keys);
+    let (store, _) = generate_and_compare(bucket.path(), "", &options(16, 10, 2), "skew").await;
+    let starts = range_starts(&store, "skew/");
+    let first_split = "skew/img_00011";
+    assert!(starts.iter().any(|s| s == first_split), "{starts:?}");
+    let again = starts
+        .iter()
+        .filter(|s| s.starts_with("skew/img_") && s.as_str() > first_split)
+        .count();
+    assert!(again >= 2, "the img_ range was not split again: {starts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -386,7 +281,7 @@ async fn a_hybrid_directory_is_split_and_its_subdirectories_listed_once() {
     keys.push("mix.txt".into());
     let bucket = bucket_with(&keys);
     let (store, _) = generate_and_compare(bucket.path(), "", &options(6, 16, 2), "hybrid").await;
-    assert!(!store.range_starts("mix/").is_empty());
+    assert!(!range_starts(&store, "mix/").is_empty());
     // Each sub-directory was listed once, by whichever range held it.
     for sub in ["Asub", "m-sub", "zz_sub", "7"] {
         let lists = store
@@ -416,7 +311,7 @@ async fn a_hinted_directory_is_split_at_once_and_keeps_keys_outside_the_hint() {
         split_depth: 2,
     }];
     let (store, _) = generate_and_compare(bucket.path(), "", &opts, "hint").await;
-    let starts: BTreeSet<String> = store.range_starts("h/").into_iter().collect();
+    let starts: BTreeSet<String> = range_starts(&store, "h/").into_iter().collect();
     assert!(
         starts.contains("h/00") && starts.contains("h/33"),
         "{starts:?}"
@@ -456,7 +351,7 @@ async fn only_keys_under_the_prefix_are_listed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_manifest_is_replaced_only_when_asked() {
     let bucket = bucket_with(&["a/b".to_string(), "c".to_string()]);
-    let store = Recorder::new(bucket.path());
+    let store = TestStore::new(bucket.path(), "recorder");
     let out = tempfile::tempdir().expect("tempdir");
     let output = out.path().join("m");
     let mut opts = options(2, 10, 5);
@@ -505,7 +400,7 @@ async fn an_existing_manifest_is_replaced_only_when_asked() {
 async fn a_failed_listing_leaves_neither_output_nor_scratch() {
     let keys: Vec<String> = (0..30).map(|i| format!("d{}/f{i}", i % 5)).collect();
     let bucket = bucket_with(&keys);
-    let store = Recorder::new(bucket.path());
+    let store = TestStore::new(bucket.path(), "recorder");
     *store.fail_lists_under.lock().expect("fail") = Some("d3/".into());
     let out = tempfile::tempdir().expect("tempdir");
     let scratch = tempfile::tempdir().expect("tempdir");
@@ -521,13 +416,21 @@ async fn a_failed_listing_leaves_neither_output_nor_scratch() {
         "{message}"
     );
     assert!(!output.exists());
-    assert_eq!(fs::read_dir(scratch.path()).expect("read").count(), 0);
+    // The build directory is removed in the background.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fs::read_dir(scratch.path()).expect("read").count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "build directory left behind"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_bucket_gives_an_empty_root() {
     let bucket = tempfile::tempdir().expect("tempdir");
-    let store = Recorder::new(bucket.path());
+    let store = TestStore::new(bucket.path(), "recorder");
     let out = tempfile::tempdir().expect("tempdir");
     let output = out.path().join("m");
     let info = generate(store, "b", "", &output, &options(3, 10, 5))

@@ -3,7 +3,8 @@
 //!
 //! - [`format`]: the per-directory TSV files and `manifest_index.json` (the seed's layout).
 //! - [`generate`]: lists a backend once with parallel listers (flat directories split into
-//!   key ranges: [`split`]; pending work bounded: `queue`) and writes a manifest atomically.
+//!   key ranges: [`split`]; pending work bounded: `queue`) and writes a manifest atomically
+//!   (`output`).
 
 mod codec;
 pub mod delta;
@@ -11,6 +12,7 @@ pub mod format;
 pub mod generate;
 pub mod index;
 pub mod namespace;
+mod output;
 pub mod progress;
 mod queue;
 pub mod registry;

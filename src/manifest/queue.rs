@@ -183,6 +183,16 @@ impl<R> Scheduler<R> {
         }
     }
 
+    /// How many of `workers` listers wait with nothing to do (0 while any job is queued).
+    pub fn idle(&self, workers: usize) -> usize {
+        let state = self.lock();
+        if state.ranges.is_empty() && state.dirs.is_empty() {
+            workers.saturating_sub(state.active)
+        } else {
+            0
+        }
+    }
+
     /// The next job, waiting while others run; `None` once all work is done or
     /// [`Scheduler::stop`] was called. Every job returned must be followed by
     /// [`Scheduler::finished`].

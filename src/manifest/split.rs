@@ -12,18 +12,23 @@
 //! `StartAfter` inside it is still written once. The price is that a range's last page may run
 //! past its stop key: at most one page per range is listed and discarded.
 //!
-//! **Choosing split points** (flat directory detected after its first pages, the remainder
-//! being everything after the last key listed, K):
+//! **Choosing split points** for the keys after K, the last key listed so far (up to the
+//! range's stop key when a range is split again):
 //! - *By key-prefix characters*: probe the single-character prefixes `dir/c` (alphanumerics and
-//!   the characters seen in the first pages) with one-key LISTs after K; when at least
+//!   the characters seen in the names so far) with one-key LISTs after K; when at least
 //!   [`MIN_PREFIX_BLOCKS`] are non-empty, split at those characters.
 //! - *Otherwise by key ranges estimated from sampled keys*: find the longest prefix Q of K's
 //!   name whose block still holds every later key (binary search, one probe each step), then
-//!   sample the blocks one character deeper (`Q+c`), and deeper again under the non-empty ones,
-//!   taking the first real key of each non-empty block as a split point, until there are enough
-//!   points or the probe budget is spent; the points are then thinned evenly to the target.
+//!   sample the blocks one character deeper (`Q+c`, for the characters the names use), and
+//!   deeper again under the non-empty ones, taking the first real key of each non-empty block
+//!   as a split point, until there are enough points or [`MAX_PROBES`] is spent; the points are
+//!   then thinned evenly to the target.
 //! - *Hints* (`flat_dir_hints`) skip both: the split points are every string of `split_depth`
 //!   hint characters, no probing.
+//!
+//! Guessed split points can be uneven (one character may hold most keys). The generator
+//! corrects that as it goes: a range that is still paginating while listers stand idle is
+//! split again, with the same planner, between its last key and its stop key.
 
 use std::collections::BTreeSet;
 
@@ -86,12 +91,17 @@ impl std::fmt::Display for Strategy {
     }
 }
 
-/// The ranges that partition everything after `after` at `points` (full keys; any order,
-/// duplicates and points not after `after` are dropped).
-pub(super) fn partition(after: Option<String>, points: Vec<String>) -> Vec<KeyRange> {
+/// The ranges that partition (`after`, `through`] at `points` (full keys; any order;
+/// duplicates and points outside the range are dropped).
+pub(super) fn partition(
+    after: Option<String>,
+    through: Option<String>,
+    points: Vec<String>,
+) -> Vec<KeyRange> {
     let points: BTreeSet<String> = points
         .into_iter()
         .filter(|p| after.as_deref().is_none_or(|a| p.as_str() > a))
+        .filter(|p| through.as_deref().is_none_or(|t| p.as_str() < t))
         .collect();
     let mut ranges = Vec::with_capacity(points.len() + 1);
     let mut start = after;
@@ -104,7 +114,7 @@ pub(super) fn partition(after: Option<String>, points: Vec<String>) -> Vec<KeyRa
     }
     ranges.push(KeyRange {
         after: start,
-        through: None,
+        through,
     });
     ranges
 }
@@ -164,12 +174,13 @@ impl Prober<'_> {
             .min())
     }
 
-    /// For each block (a name prefix inside the directory), its first key after `after`;
-    /// returns the non-empty blocks with that key, in block order.
+    /// For each block (a name prefix inside the directory), its first key after `after` (and
+    /// not beyond `through`); returns the non-empty blocks with that key, in block order.
     async fn blocks(
         &self,
         blocks: Vec<String>,
         after: &str,
+        through: Option<&str>,
     ) -> Result<Vec<(String, String)>, StoreError> {
         let found: Vec<Option<(String, String)>> = futures::stream::iter(blocks)
             .map(|block| async move {
@@ -179,15 +190,20 @@ impl Prober<'_> {
             .buffered(PROBE_CONCURRENCY)
             .try_collect()
             .await?;
-        Ok(found.into_iter().flatten().collect())
+        Ok(found
+            .into_iter()
+            .flatten()
+            .filter(|(_, key)| through.is_none_or(|t| key.as_str() <= t))
+            .collect())
     }
 }
 
-/// Chooses split points for everything after the full key `after` in a directory whose first
-/// pages used the characters `seen`, aiming at `target` ranges.
+/// Chooses split points for the keys in (`after`, `through`] (full keys; `None`: to the end) of
+/// a directory whose pages so far used the characters `seen`, aiming at `target` ranges.
 pub(super) async fn plan(
     prober: &Prober<'_>,
     after: &str,
+    through: Option<&str>,
     seen: &BTreeSet<char>,
     target: usize,
 ) -> Result<Plan, StoreError> {
@@ -198,24 +214,41 @@ pub(super) async fn plan(
             points: Vec::new(),
         });
     };
-    let alphabet: Vec<char> = PROBE_CHARS
-        .chars()
-        .chain(seen.iter().copied())
-        .filter(|c| *c != '/')
-        .collect::<BTreeSet<char>>()
-        .into_iter()
-        .take(MAX_PROBE_CHARS)
-        .collect();
+    let alphabet = |chars: &mut dyn Iterator<Item = char>| -> Vec<char> {
+        chars
+            .filter(|c| *c != '/')
+            .collect::<BTreeSet<char>>()
+            .into_iter()
+            .take(MAX_PROBE_CHARS)
+            .collect()
+    };
+    // First characters: alphanumerics and whatever the names showed.
+    let first_chars = alphabet(&mut PROBE_CHARS.chars().chain(seen.iter().copied()));
+    // Deeper down, names repeat their own characters (digits, hex, a separator): probing only
+    // those keeps sampling cheap; a block of other characters still lands in some range.
+    let deeper_chars = if seen.len() >= 2 {
+        alphabet(&mut seen.iter().copied())
+    } else {
+        first_chars.clone()
+    };
+    let end_name = through.and_then(|t| t.strip_prefix(prober.prefix));
     let children = |block: &str| -> Vec<String> {
-        alphabet
+        let chars = if block.is_empty() {
+            &first_chars
+        } else {
+            &deeper_chars
+        };
+        chars
             .iter()
             .map(|c| format!("{block}{c}"))
             .filter(|b| !wholly_before(b, last_name))
+            // A block's smallest name is the block itself.
+            .filter(|b| end_name.is_none_or(|end| b.as_str() <= end))
             .collect()
     };
 
     // By key-prefix characters.
-    let first_level = prober.blocks(children(""), after).await?;
+    let first_level = prober.blocks(children(""), after, through).await?;
     if first_level.len() >= MIN_PREFIX_BLOCKS.min(target) {
         let points = first_level
             .iter()
@@ -241,7 +274,9 @@ pub(super) async fn plan(
         let beyond = prober
             .first(prober.prefix.to_string(), &format!("{block}\u{10FFFF}"))
             .await?;
-        if beyond.is_none_or(|key| key.starts_with(&block)) {
+        let inside =
+            |key: &String| key.starts_with(&block) || through.is_some_and(|t| key.as_str() > t);
+        if beyond.is_none_or(|key| inside(&key)) {
             low = mid;
         } else {
             high = mid - 1;
@@ -271,7 +306,7 @@ pub(super) async fn plan(
             break;
         }
         budget -= blocks.len();
-        let found = prober.blocks(blocks, after).await?;
+        let found = prober.blocks(blocks, after, through).await?;
         points.extend(found.iter().map(|(_, key)| key.clone()));
         frontier = found.into_iter().map(|(block, _)| block).collect();
     }
@@ -325,6 +360,7 @@ mod tests {
     fn ranges_partition_every_key_after_the_start() {
         let ranges = partition(
             Some("d/k".into()),
+            None,
             vec!["d/m".into(), "d/b".into(), "d/x".into(), "d/m".into()],
         );
         assert_eq!(ranges.len(), 3, "{ranges:?}");
@@ -334,8 +370,20 @@ mod tests {
         for key in ["d/b", "d/k", "d/a"] {
             assert_eq!(keys_in(&ranges, key), 0, "{key}");
         }
-        let whole = partition(None, Vec::new());
+        let whole = partition(None, None, Vec::new());
         assert_eq!(keys_in(&whole, ""), 1);
+        let bounded = partition(
+            Some("d/b".into()),
+            Some("d/m".into()),
+            vec!["d/a".into(), "d/c".into(), "d/m".into(), "d/z".into()],
+        );
+        assert_eq!(bounded.len(), 2, "{bounded:?}");
+        for key in ["d/b0", "d/c", "d/c0", "d/m"] {
+            assert_eq!(keys_in(&bounded, key), 1, "{key}");
+        }
+        for key in ["d/b", "d/m0", "d/z"] {
+            assert_eq!(keys_in(&bounded, key), 0, "{key}");
+        }
     }
 
     #[test]

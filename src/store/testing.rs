@@ -31,6 +31,9 @@ pub(crate) struct TestStore {
     pub short: Mutex<HashSet<String>>,
     calls: Mutex<HashMap<&'static str, usize>>,
     pub fail_writes: AtomicBool,
+    lists: Mutex<Vec<ListRequest>>,
+    /// LISTs of prefixes under this one fail.
+    pub fail_lists_under: Mutex<Option<String>>,
 }
 
 impl TestStore {
@@ -46,7 +49,14 @@ impl TestStore {
             short: Mutex::default(),
             calls: Mutex::default(),
             fail_writes: AtomicBool::new(false),
+            lists: Mutex::default(),
+            fail_lists_under: Mutex::default(),
         })
+    }
+
+    /// Every LIST asked for so far, in order.
+    pub fn lists(&self) -> Vec<ListRequest> {
+        self.lists.lock().expect("lists").clone()
     }
 
     pub fn gets(&self) -> Vec<(String, Range<u64>)> {
@@ -113,6 +123,7 @@ impl ObjectStore for TestStore {
     }
 
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        self.count("head");
         self.inner.head(key).await
     }
 
@@ -173,6 +184,22 @@ impl ObjectStore for TestStore {
     }
 
     async fn list(&self, request: &ListRequest) -> StoreResult<ListPage> {
+        self.count("list");
+        self.lists.lock().expect("lists").push(request.clone());
+        let fail = self
+            .fail_lists_under
+            .lock()
+            .expect("fail")
+            .as_ref()
+            .is_some_and(|p| request.prefix.starts_with(p.as_str()));
+        if fail {
+            return Err(StoreError::Unreachable {
+                op: "list",
+                key: request.prefix.clone(),
+                endpoint: "test".into(),
+                message: "injected failure".into(),
+            });
+        }
         self.inner.list(request).await
     }
 

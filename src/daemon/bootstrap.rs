@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::config::BackendConfig;
 use crate::manifest::generate::{GenerateOptions, generate, listing_backend};
+use crate::manifest::progress::ProgressMode;
 use crate::manifest::namespace::{Manifest, ManifestError};
 use crate::manifest::registry::Manifests;
 use crate::store::ObjectStore;
@@ -74,10 +75,8 @@ pub(crate) async fn manifest_for(
     options.workers = config.manifest.gen_workers;
     options.flat_dir_confirmation_pages = config.manifest.flat_dir_confirmation_pages;
     options.flat_dir_hints = config.manifest.flat_dir_hints.clone();
-    // The directory may exist (created empty by an operator or a volume): fill it.
-    options.overwrite = root
-        .read_dir()
-        .is_ok_and(|mut entries| entries.next().is_none());
+    // A daemon's output is a log, not a terminal line.
+    options.progress = ProgressMode::Log;
     generate(list_store, &lister.bucket, &lister.prefix, root, &options)
         .await
         .map_err(|e| generation_failed(format!("generating the manifest: {e}")))?;

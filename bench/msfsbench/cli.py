@@ -17,7 +17,7 @@ from .facts import host
 from .filesystems import PEERS
 from .results import Results
 from .scale import FULL, QUICK, SELF_CHECK, MiB
-from .session import Plan, Session
+from .session import Plan, Session, needs_seeding
 from .shell import log
 from .workloads import State, Workload, all_workloads, select
 
@@ -77,18 +77,25 @@ def parse(argv: list[str]) -> Options:
 def make_plan(o: Options) -> Plan:
     scale = SELF_CHECK if o.self_check else QUICK if o.quick else FULL
     workloads = select(all_workloads(scale), o.only, smoke_only=o.self_check)
-    return Plan(scale, workloads, o.peers, o.runs or scale.runs, "dev" if o.self_check else "release")
+    # A peer none of the chosen workloads runs on (s3fs for `--only manifest`) is not installed,
+    # mounted or shown.
+    peers = [p for p in o.peers if any(w.runs_on(p) for w in workloads)]
+    if o.peers and not peers:
+        raise SystemExit(f"bench: none of the chosen workloads runs on {', '.join(o.peers)}")
+    return Plan(scale, workloads, peers, o.runs or scale.runs, "dev" if o.self_check else "release")
 
 
 def estimate_seconds(plan: Plan) -> float:
     data = datasets.for_scale(plan.scale)
-    per_target = sum(w.est_seconds for w in plan.workloads) * plan.runs
+    # Every workload runs once per run on each peer it runs on (and on raw when it has a limit).
+    targets = [*plan.peers, "raw"]
+    per_target = sum(w.est_seconds * sum(w.runs_on(t) for t in targets) for w in plan.workloads) * plan.runs
     cold_runs = sum(plan.runs for w in plan.workloads if w.state is State.COLD)
     warm_sets = {w.dataset for w in plan.workloads if w.state is State.WARM}
     warm_bytes = sum(data.by_name(d).total_bytes for d in warm_sets)
     per_fs = (cold_runs + 2) * MOUNT_SECONDS + warm_bytes / MiB / WARMUP_MIB_S
-    seeding = sum(d.total_bytes for d in data.all()) / MiB / SEED_MIB_S + 10
-    return seeding + (len(plan.peers) + 1) * per_target + len(plan.peers) * per_fs
+    seeding = sum(d.total_bytes for d in data.all()) / MiB / SEED_MIB_S + 10 if needs_seeding(plan) else 10
+    return seeding + per_target + len(plan.peers) * per_fs
 
 
 def print_plan(plan: Plan) -> None:
@@ -101,7 +108,7 @@ def print_plan(plan: Plan) -> None:
 
 def list_workloads(workloads: list[Workload]) -> None:
     for w in workloads:
-        print(f"{w.name:19} {w.family:15} {w.state.value:5} {w.io:9} {w.description}")
+        print(f"{w.name:25} {w.family:15} {w.state.value:5} {w.io:9} {w.description}")
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -51,6 +51,7 @@ class Filesystem(ABC):
 
     name = ""
     commands: list[str] = []  # what must be on PATH (installed from Debian by install.py)
+    mount_timeout = 60.0  # seconds a mount may take before it counts as failed
     # Whether close() returns only once written data is in the store (else write cells wait for
     # the store on the clock).
     durable_on_close = True
@@ -94,7 +95,7 @@ class Filesystem(ABC):
         shutil.rmtree(self.cache_dir, ignore_errors=True)
         self.cache_dir.mkdir(parents=True)
         self.pid = self._start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + self.mount_timeout
         while not is_mounted(self.mountpoint):
             if not pid_alive(self.pid) or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} did not mount {self.mountpoint}:\n{self.log_tail()}")
@@ -133,9 +134,11 @@ class ForegroundFilesystem(Filesystem):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None  # the running daemon's output
 
     def _spawn(self, cmd: list[str], env: dict[str, str]) -> int:
-        logfile = open(self.log_dir / f"{self.name}-{int(time.time() * 1000)}.log", "wb")
+        self.log_path = self.log_dir / f"{self.name}-{int(time.time() * 1000)}.log"
+        logfile = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             cmd, env=env, stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the harness, which then unmounts in order
@@ -165,21 +168,11 @@ class Msfs(Filesystem):
         return self.mountpoint / self.BACKEND
 
     def settings(self, writable: bool | None = None) -> dict[str, Any]:
-        backend = {"readonly": True}
+        backend: dict[str, Any] = {"readonly": True}
         if self._writable(writable):
             # close() returns once the object is committed: durable, like s3fs's upload in flush.
             backend = {"readonly": False, "flush_on_close": True}
-        return {
-            "mountname": "msfs-bench",
-            "allow_other": True,
-            "entry_attr_ttl": ATTR_TTL_SECONDS * 1000,
-            "cache_storage": "mapped-file",
-            "cache_line_size": MSFS_LINE_SIZE,
-            "cache_lines": max(16, self.scale.cache_bytes // MSFS_LINE_SIZE),
-            "cache_lines_to_prefetch": MSFS_PREFETCH_LINES,
-            "cache_dir_path": str(self.cache_dir),
-            "backend": backend,
-        }
+        return {**msfs_settings(self.cache_dir, self.scale.cache_bytes), "backend": backend}
 
     def _write_config(self) -> None:
         env = self.server.env
@@ -218,6 +211,74 @@ class Msfs(Filesystem):
             if len(lines) > 1 and Path(lines[1].strip()) == self.mountpoint:
                 return int(lines[0])
         raise RuntimeError(f"mount.msfs left no pid file for {self.mountpoint} in {self.log_dir}")
+
+
+def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
+    """The top-level settings of every msfs the harness mounts."""
+    return {
+        "mountname": "msfs-bench",
+        "allow_other": True,
+        "entry_attr_ttl": ATTR_TTL_SECONDS * 1000,
+        "cache_storage": "mapped-file",
+        "cache_line_size": MSFS_LINE_SIZE,
+        "cache_lines": max(2 * MSFS_PREFETCH_LINES, cache_bytes // MSFS_LINE_SIZE),
+        "cache_lines_to_prefetch": MSFS_PREFETCH_LINES,
+        "cache_dir_path": str(cache_dir),
+    }
+
+
+class PseudoMsfs(ForegroundFilesystem):
+    """msfs over a generated `PSEUDO` namespace, for the manifest runs (workloads/manifest.py):
+    the msfs peer's binary and settings, one read-only PSEUDO backend with `manifest_path`, the
+    same FUSE tuning after mounting. It runs `msfs mount` in the foreground as our child, with
+    JSON log lines the harness reads (`manifest index ready`), rather than through mount.msfs,
+    which gives up after 60 s — less than a mount that first generates a big manifest takes.
+    Its own mountpoint, cache and logs (`<work>/mnt/msfs-<tag>`), so it runs beside the peer's
+    S3 mount. `write_config` alone serves `msfs generate-manifest`."""
+
+    BACKEND = "pseudo"
+    CACHE_BYTES = 32 * MiB  # reads play no part; a small cache keeps it out of the peak RSS
+
+    def __init__(self, peer: Filesystem, tag: str, pseudo: dict[str, Any], manifest: Path, timeout: float):
+        self.name = f"msfs-{tag}"  # names its directories (read by Filesystem.__init__)
+        super().__init__(peer.work, peer.server, peer.scale, peer.fusectl, peer.binaries)
+        self.pseudo = pseudo
+        self.manifest = manifest
+        self.mount_timeout = timeout
+        self.config = self.work / f"{self.name}.yaml"
+
+    @property
+    def root(self) -> Path:
+        return self.mountpoint / self.BACKEND
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        backend = {"readonly": True, "manifest_path": str(self.manifest), "PSEUDO": self.pseudo}
+        return {**msfs_settings(self.cache_dir, self.CACHE_BYTES), "backend": backend}
+
+    def write_config(self) -> Path:
+        settings = self.settings()
+        backend = settings.pop("backend")
+        pseudo = backend.pop("PSEUDO")
+        lines = ["msfs_version: 1"]
+        lines += [f"{k}: {_yaml(v)}" for k, v in settings.items()]
+        lines += ["backends:", f"  - dir_name: {self.BACKEND}", "    backend_type: PSEUDO"]
+        lines += [f"    {k}: {_yaml(v)}" for k, v in backend.items()]
+        lines += ["    PSEUDO:", *[f"      {k}: {_yaml(v)}" for k, v in pseudo.items()]]
+        self.config.write_text("\n".join(lines) + "\n")
+        return self.config
+
+    def command(self, *args: str | Path) -> list[str]:
+        """`msfs --log-format json ARGS...` (the same binary as the msfs peer)."""
+        return [str(self.binaries.msfs), "--log-format", "json", *map(str, args)]
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        # Info lines are what the harness reads, whatever RUST_LOG the caller has.
+        return {**os.environ, "RUST_LOG": "info,fuser::session=error"}
+
+    def _start(self) -> int:
+        self.write_config()
+        return self._spawn(self.command("mount", self.config, self.mountpoint), self.environment())
 
 
 class S3fs(ForegroundFilesystem):
@@ -307,7 +368,11 @@ class Rclone(ForegroundFilesystem):
 
 
 def _yaml(value: object) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str) and (not value or any(c in value for c in ":#%{}[]&*!|>'\"@`")):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
 
 
 PEERS: dict[str, type[Filesystem]] = {"msfs": Msfs, "s3fs": S3fs, "rclone": Rclone}

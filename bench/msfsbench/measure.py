@@ -34,6 +34,11 @@ class Sample:
         return Sample(seconds, 0, seconds, detail)
 
 
+class NotMeasurable(Exception):
+    """Nothing failed, but the moment to measure did not come (e.g. the manifest index was ready
+    before a measurement of the path before it ended): the cell says so, with no number."""
+
+
 # ---------------------------------------------------------------- fio
 
 

@@ -18,6 +18,8 @@ def fmt(v: float) -> str:
 def cell_text(c: Cell | None) -> str:
     if c is None:
         return "–"
+    if c.not_measurable:
+        return "n/m"
     if not c.ok:
         return "error"
     if len(c.values) == 1:
@@ -45,21 +47,41 @@ def machine_line(meta: dict, code: str = "`") -> str:
 
 def markdown(results: Results) -> str:
     meta = results.meta
+    shared = [w for w in results.workloads if not w.get("peers")]
+    limited = [w for w in results.workloads if w.get("peers")]
+    lines = [
+        f"Date: {meta.get('started', '?')} · Machine: {machine_line(meta)}",
+        "",
+        f"Command: `{meta.get('command', '?')}` · scale: {meta.get('scale', {}).get('note', '?')} · "
+        f"runs per cell: {meta.get('runs', '?')} (median, min–max when more than one)",
+    ]
+    if shared:
+        lines += ["", *_peer_table(results, shared)]
+    if limited:
+        lines += ["", *_limited_table(results, limited)]
+    errors = [c for c in results.cells.values() if c.error and not c.not_measurable]
+    if errors:
+        lines += ["", "Errors (details in the JSON):", ""]
+        lines += [f"- {c.workload} on {c.peer}: {_first_and_last_line(c.error or '')}" for c in errors]
+    unmeasured = [c for c in results.cells.values() if c.not_measurable]
+    if unmeasured:
+        lines += ["", "n/m, not measurable (no failure: the moment to measure did not come):", ""]
+        lines += [f"- {c.workload} on {c.peer}: {_first_and_last_line(c.error or '')}" for c in unmeasured]
+    return "\n".join(lines) + "\n"
+
+
+def _peer_table(results: Results, workloads: list[dict]) -> list[str]:
+    """Every peer beside the raw limit, with speed ratios."""
     fs_peers = [p for p in results.peers if p != RAW]
     others = [p for p in fs_peers if p != "msfs"]
     head = ["workload", "unit", "I/O", *fs_peers, "raw limit"]
     if "msfs" in fs_peers:
         head += ["msfs/raw", *[f"msfs/{p}" for p in others]]
     lines = [
-        f"Date: {meta.get('started', '?')} · Machine: {machine_line(meta)}",
-        "",
-        f"Command: `{meta.get('command', '?')}` · scale: {meta.get('scale', {}).get('note', '?')} · "
-        f"runs per cell: {meta.get('runs', '?')} (median, min–max when more than one)",
-        "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|",
     ]
-    for w in results.workloads:
+    for w in workloads:
         name, hib = w["name"], w["higher_is_better"]
         row = [f"{w['name']} ({w['title']})", w["unit"], w["io"]]
         row += [cell_text(results.get(name, p)) for p in fs_peers]
@@ -76,19 +98,62 @@ def markdown(results: Results) -> str:
         "reached; for cache-resident ones the raw column is what going back to the server would "
         "deliver, so above 1 is the cache's gain.",
     ]
-    no_raw = [w for w in results.workloads if not w.get("has_raw", True)]
+    no_raw = [w for w in workloads if not w.get("has_raw", True)]
     if no_raw:
         lines += ["", f"n/a: no raw limit for {', '.join(w['name'] for w in no_raw)} ({no_raw[0]['raw']})."]
-    write_cells = [w["name"] for w in results.workloads if w.get("writes")]
-    if write_cells:
+    if any(w.get("writes") for w in workloads):
         lines += ["", "Write cells are timed until the store holds what was written (msfs with "
                   "`flush_on_close: true`; s3fs uploads in close; rclone is timed until the store lists "
                   "the upload) and fail if a read-back check of the store finds a lost or wrong write."]
-    errors = [(c, c.error) for c in results.cells.values() if c.error]
-    if errors:
-        lines += ["", "Errors (details in the JSON):", ""]
-        lines += [f"- {c.workload} on {c.peer}: {_first_and_last_line(e)}" for c, e in errors]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _limited_table(results: Results, workloads: list[dict]) -> list[str]:
+    """Workloads only some peers run (msfs's manifests), beside published reference figures."""
+    peers = [p for p in results.peers if p != RAW and any(p in w["peers"] for w in workloads)]
+    sources: list[str] = []
+    for w in workloads:
+        ref = w.get("reference")
+        if ref and ref["source"] not in sources:
+            sources.append(ref["source"])
+    head = ["workload", "unit", *peers]
+    if sources:
+        head += ["reference", *[f"{p}/reference" for p in peers]]
+    lines = [
+        f"Only {', '.join(peers)} ({workloads[0]['raw']}):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|",
+    ]
+    for w in workloads:
+        row = [f"{w['name']} ({w['title']})", w["unit"]]
+        row += [cell_text(results.get(w["name"], p)) if p in w["peers"] else "–" for p in peers]
+        if sources:
+            ref = w.get("reference")
+            row.append(_reference_text(ref, sources) if ref else "–")
+            for p in peers:
+                mine = results.get(w["name"], p)
+                row.append(_reference_ratio(mine, ref, w["higher_is_better"]) if ref and ref["comparable"] else "–")
+        lines.append("| " + " | ".join(row) + " |")
+    if sources:
+        lines += ["", "References: " + "; ".join(f"[{i + 1}] {s}" for i, s in enumerate(sources)) + ". "
+                  "A ratio is shown for rates only; a time or a memory peak measured at another "
+                  "namespace size is shown beside ours, not divided by it."]
+    return lines
+
+
+def _reference_text(ref: dict, sources: list[str]) -> str:
+    published = f" ({ref['published']})" if ref.get("published") else ""
+    return f"{fmt(ref['value'])}{published} [{sources.index(ref['source']) + 1}]"
+
+
+def _reference_ratio(mine: Cell | None, ref: dict, higher_is_better: bool) -> str:
+    if mine is None or not mine.ok or mine.median <= 0 or ref["value"] <= 0:
+        return "–"
+    r = mine.median / ref["value"] if higher_is_better else ref["value"] / mine.median
+    if r >= 10:
+        return f"{r:.0f}x"
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
 
 
 def _first_and_last_line(text: str) -> str:

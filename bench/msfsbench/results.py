@@ -8,10 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .measure import Sample
+from .measure import NotMeasurable, Sample
 from .workloads import Workload
 
 RAW = "raw"  # the peer name of the physical limit
+NOT_MEASURABLE = NotMeasurable.__name__ + ":"  # how the error of a cell that is no failure starts
 SCHEMA = 1
 
 
@@ -21,6 +22,12 @@ class Cell:
     peer: str
     samples: list[Sample] = field(default_factory=list)
     error: str | None = None
+
+    @property
+    def not_measurable(self) -> bool:
+        """Nothing went wrong, but the moment to measure did not come (e.g. the manifest index
+        was ready before a measurement of the TSV path ended)."""
+        return bool(self.error) and self.error.startswith(NOT_MEASURABLE)
 
     @property
     def ok(self) -> bool:
@@ -51,7 +58,10 @@ def describe_workload(w: Workload) -> dict[str, Any]:
         "name": w.name, "family": w.family, "title": w.title, "description": w.description,
         "unit": w.unit.value, "higher_is_better": w.unit.higher_is_better, "state": w.state.value,
         "io": w.io, "dataset": w.dataset, "raw": w.raw_note, "has_raw": w.on_raw is not None,
-        "writes": w.writes,
+        "writes": w.writes, "peers": list(w.peers) if w.peers is not None else None,
+        "reference": None if w.reference is None else {
+            "value": w.reference.value, "source": w.reference.source, "published": w.reference.published,
+            "comparable": w.reference.comparable},
     }
 
 

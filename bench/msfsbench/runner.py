@@ -6,7 +6,9 @@ Both follow one protocol, so the fairness rules live here once:
   * WARM runs: the data set is read once through the target (not measured); before each run,
     buffered workloads get the mount's page cache for their files evicted;
   * filesystems are mounted read-only, and writable (remounted) for the workloads that write;
-  * a workload without a raw limit (`on_raw` None) has no raw cell;
+  * a workload without a raw limit (`on_raw` None) has no raw cell, and one limited to some peers
+    (`peers`, e.g. msfs's manifests) no cell for the others;
+  * OWN runs: nothing (the workload starts, stops and makes cold what it measures itself);
   * `runs` repeats per cell; a failing cell is recorded and the run goes on.
 """
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from .datasets import Datasets
 from .filesystems import Filesystem
-from .measure import Sample, evict_page_cache, read_files
+from .measure import NotMeasurable, Sample, evict_page_cache, read_files
 from .rawclient import RawClient
 from .results import RAW, Results
 from .scale import Scale
@@ -55,6 +57,8 @@ class Target(ABC):
     def measure(self, workload: Workload) -> Sample: ...
 
     def prepare(self, workload: Workload) -> None:
+        if workload.state is State.OWN:  # it starts (and makes cold) what it measures itself
+            return
         if workload.state is State.COLD:
             self.make_cold()
             self.warm.clear()
@@ -119,7 +123,7 @@ class MountTarget(Target):
 
     def measure(self, workload: Workload) -> Sample:
         ctx = Context(self.fs.root, self.raw, self.data, self.scale, self.workdir, self.fs.name,
-                      self.fs.durable_on_close)
+                      self.fs.durable_on_close, self.fs)
         return workload.on_fs(ctx)
 
 
@@ -128,13 +132,17 @@ def run_target(target: Target, workloads: list[Workload], runs: int, results: Re
     target.start()
     try:
         for w in workloads:
-            if isinstance(target, RawTarget) and w.on_raw is None:
+            if not w.runs_on(target.name):  # no raw limit, or a feature only some peers have
                 continue
             cell = results.cell(w.name, target.name)
             for i in range(runs):
                 try:
                     target.prepare(w)
                     sample = target.measure(w)
+                except NotMeasurable as e:  # no failure: nothing to recover from
+                    cell.error = f"{type(e).__name__}: {e}"
+                    log(f"  {w.name} on {target.name}: not measurable ({e})")
+                    break
                 except Exception as e:  # recorded in the results; the benchmark goes on
                     cell.error = f"{type(e).__name__}: {e}"
                     log(f"  {w.name} on {target.name} failed: {cell.error}")

@@ -32,6 +32,11 @@ class Scale:
     write_large_size: int  # the "1 GiB" sequential write
     meta_count: int  # the "100 files" created and unlinked
     write_cap_seconds: float  # a write cell not durable by then is killed and fails (s3fs can be slow)
+    manifest_tree: tuple[int, int, int]  # PSEUDO tree of the manifest runs: directories at the
+    #                                      root x sub-directories in each x files in each of those
+    manifest_flat: int  # PSEUDO files in one flat directory (the manifest runs' second shape)
+    manifest_stats: int  # files stat()ed, at random, per manifest latency measurement
+    manifest_cap_seconds: float  # each manifest phase (generation, ingest, mount) not done by then fails
     note: str  # printed and recorded: how this scale differs from the full one
 
     def describe(self) -> dict[str, object]:
@@ -56,6 +61,10 @@ FULL = Scale(
     write_large_size=1 * GiB,
     meta_count=100,
     write_cap_seconds=900.0,
+    manifest_tree=(100, 100, 1000),
+    manifest_flat=1_000_000,
+    manifest_stats=1000,
+    manifest_cap_seconds=3600.0,
     note="full scale",
 )
 
@@ -77,9 +86,13 @@ QUICK = Scale(
     write_large_size=256 * MiB,
     meta_count=100,
     write_cap_seconds=300.0,
+    manifest_tree=(100, 10, 1000),
+    manifest_flat=200_000,
+    manifest_stats=1000,
+    manifest_cap_seconds=1800.0,
     note="quick: threads 1 and 4 only (not 1/2/4/8; writes not 1/4/8), 3 s fio and random-write cells "
     "(not 10 s), 1 run (not 3); writes 256 x 1 MiB files (not 1,024) and a 256 MiB sequential file "
-    "(not 1 GiB)",
+    "(not 1 GiB); manifests of 1M objects in a tree (not 10M) and 200K in one directory (not 1M)",
 )
 
 # Seconds-long smoke run for CI: proves every stage produces output; its numbers mean nothing.
@@ -101,6 +114,10 @@ SELF_CHECK = Scale(
     write_large_size=16 * MiB,
     meta_count=10,
     write_cap_seconds=120.0,
+    manifest_tree=(2, 3, 50),
+    manifest_flat=6000,  # > 5 pages of 1,000: the flat-directory split runs
+    manifest_stats=20,
+    manifest_cap_seconds=120.0,
     note="self-check: tiny data, one workload per family, numbers are meaningless",
 )
 

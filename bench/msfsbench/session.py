@@ -29,7 +29,7 @@ from .runner import MountTarget, RawTarget, Target, run_target
 from .scale import Scale
 from .server import S3Server
 from .shell import log, version_of
-from .workloads import FAMILIES, Workload
+from .workloads import FAMILIES, State, Workload
 
 BUCKET = "bench"
 
@@ -41,6 +41,11 @@ class Plan:
     peers: list[str]  # filesystems, in run order; the raw client always runs first
     runs: int
     build_profile: str  # "release" to measure; "dev" for the self-check
+
+
+def needs_seeding(plan: Plan) -> bool:
+    """False when every workload starts what it measures itself (the manifest runs)."""
+    return any(w.state is not State.OWN for w in plan.workloads)
 
 
 class Session:
@@ -105,6 +110,9 @@ class Session:
         server.start()
         raw = RawClient(binaries.raw_read, server.endpoint, BUCKET, {**os.environ, **server.env})
         data = datasets.for_scale(self.plan.scale)
+        if not needs_seeding(self.plan):
+            log("no selected workload reads the seeded data sets: bucket left empty")
+            return server, raw, data, {}
         return server, raw, data, datasets.seed(raw, data)
 
     def _filesystems(self, server: S3Server, binaries: install.Binaries) -> list[Filesystem]:
@@ -127,7 +135,7 @@ class Session:
             except Exception as e:  # e.g. a peer that does not mount: its cells say so, others run
                 log(f"{target.name} failed: {e}")
                 for w in plan.workloads:
-                    if isinstance(target, RawTarget) and w.on_raw is None:
+                    if not w.runs_on(target.name):
                         continue
                     cell = results.cell(w.name, target.name)
                     if not cell.samples and not cell.error:

@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -100,6 +101,56 @@ def timed(cmd: Sequence[str | os.PathLike[str]], *, timeout: float | None = None
     if proc.returncode != 0:
         raise CommandError(f"{shlex.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
     return elapsed
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One finished process: wall-clock seconds and what the kernel counted for it."""
+
+    seconds: float
+    max_rss_bytes: int  # peak resident set (getrusage ru_maxrss: the same as VmHWM at exit)
+    user_seconds: float
+    system_seconds: float
+
+
+def run_measured(
+    cmd: Sequence[str | os.PathLike[str]], *, log: Path, timeout: float, env: Mapping[str, str] | None = None
+) -> Measured:
+    """Runs `cmd` with its output into `log`, timing it and reading its resource usage as it is
+    reaped (wait4); past `timeout`, or on Ctrl-C, kills it. Fails with the log's tail when it fails."""
+    args = [str(c) for c in cmd]
+    debug("$ " + shlex.join(args))
+    with open(log, "wb") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(args, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                raise CommandTimeout(f"{shlex.join(args[:4])} ... still running after {timeout:.0f} s; killed")
+            time.sleep(0.01)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
+        raise CommandError(f"{shlex.join(args)} exited {proc.returncode}:\n{tail}")
+    return Measured(elapsed, usage.ru_maxrss * 1024, usage.ru_utime, usage.ru_stime)
+
+
+def vm_hwm_bytes(pid: int) -> int:
+    """Peak resident set of a running process so far (VmHWM in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
 def drop_caches() -> None:

@@ -63,10 +63,14 @@ pub(super) struct ManifestPages {
     changes: BTreeMap<String, Option<ChildKind>>,
     /// Ordinal of `window[0]`.
     window_start: u64,
+    /// Entries from about a page behind the last offset asked for, onwards: the kernel resumes a
+    /// reply it could not take whole from an offset inside the previous page.
     window: Vec<DirEntry>,
     /// The last base name the window covers; the next page starts after it.
     covered: Option<String>,
     exhausted: bool,
+    /// Pages read from the manifest, for tests.
+    pages_read: usize,
 }
 
 impl ManifestPages {
@@ -84,6 +88,7 @@ impl ManifestPages {
             window: Vec::new(),
             covered: None,
             exhausted: false,
+            pages_read: 0,
         }
     }
 
@@ -95,14 +100,21 @@ impl ManifestPages {
             self.covered = None;
             self.exhausted = false;
         }
-        while from >= self.window_start + self.window.len() as u64 && !self.exhausted {
+        let behind = usize::try_from(from - self.window_start).unwrap_or(usize::MAX);
+        if behind > PAGE && behind != usize::MAX {
+            let forget = behind - PAGE;
+            self.window.drain(..forget);
+            self.window_start += forget as u64;
+        }
+        let wanted = from.saturating_add(limit as u64);
+        while wanted > self.window_start + self.window.len() as u64 && !self.exhausted {
             self.advance()?;
         }
         let skip = usize::try_from(from - self.window_start).unwrap_or(usize::MAX);
         Ok(self.window.iter().skip(skip).take(limit).cloned().collect())
     }
 
-    /// Replaces the window with the next page: base entries after `covered`, merged with the
+    /// Appends the next page to the window: base entries after `covered`, merged with the
     /// changes in the same name range (all remaining ones after the base's last page).
     fn advance(&mut self) -> Result<(), ManifestError> {
         let base = self
@@ -128,17 +140,74 @@ impl ManifestPages {
                 None => page.remove(name),
             };
         }
-        self.window_start += self.window.len() as u64;
-        self.window = page
-            .into_iter()
-            .filter(|(name, _)| valid_name(name))
-            .map(|(name, kind)| DirEntry { name, kind })
-            .collect();
+        self.pages_read += 1;
+        self.window.extend(
+            page.into_iter()
+                .filter(|(name, _)| valid_name(name))
+                .map(|(name, kind)| DirEntry { name, kind }),
+        );
         self.covered = match upper {
             Bound::Included(name) => Some(name),
             _ => None,
         };
         self.exhausted = last_page;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+    use crate::manifest::format::{Entry, FORMAT_VERSION, ManifestInfo, Totals, write_dir_file};
+
+    fn manifest_of(root: &std::path::Path, files: usize) -> Arc<Manifest> {
+        let entries: Vec<Entry> = (0..files)
+            .map(|i| Entry::file(format!("f{i:06}"), 1, "e", UNIX_EPOCH))
+            .collect();
+        write_dir_file(root, "", &entries).expect("root");
+        ManifestInfo {
+            version: FORMAT_VERSION,
+            bucket: "b".into(),
+            prefix: String::new(),
+            totals: Totals::default(),
+            created_at: "2026-11-30T00:00:00Z".into(),
+        }
+        .write(root)
+        .expect("info");
+        Arc::new(
+            Manifest::open(root, false)
+                .expect("open")
+                .expect("manifest"),
+        )
+    }
+
+    #[test]
+    fn replies_that_straddle_pages_resume_without_rereading_the_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manifest = manifest_of(dir.path(), 5 * PAGE + 17);
+        let mut pages = ManifestPages::new(manifest, String::new(), BTreeMap::new());
+        // Like the kernel: ask for a chunk, take only part of it, resume where it stopped.
+        let mut from = 0;
+        let mut names = Vec::new();
+        loop {
+            let chunk = pages.get(from, 128).expect("get");
+            if chunk.is_empty() {
+                break;
+            }
+            let taken: Vec<String> = chunk.into_iter().take(29).map(|e| e.name).collect();
+            from += taken.len() as u64;
+            names.extend(taken);
+        }
+        let expected: Vec<String> = (0..5 * PAGE + 17).map(|i| format!("f{i:06}")).collect();
+        assert_eq!(names, expected);
+        assert_eq!(pages.pages_read, 6, "each page read once");
+        assert!(
+            pages.window.len() <= 2 * PAGE + 128,
+            "the window stays bounded"
+        );
+        // A rewind starts over.
+        assert_eq!(pages.get(0, 1).expect("rewind")[0].name, "f000000");
     }
 }

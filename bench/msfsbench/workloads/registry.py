@@ -12,22 +12,28 @@ import fnmatch
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..datasets import Datasets
 from ..measure import Sample
 from ..rawclient import RawClient
 from ..scale import Scale
 
+if TYPE_CHECKING:
+    from ..filesystems import Filesystem
+
 
 class Unit(Enum):
     MIB_S = "MiB/s"
     IOPS = "IOPS"
+    OBJECTS_S = "objects/s"
     SECONDS = "s"
+    MS = "ms"
+    MIB = "MiB"  # memory (peak RSS)
 
     @property
     def higher_is_better(self) -> bool:
-        return self is not Unit.SECONDS
+        return self in (Unit.MIB_S, Unit.IOPS, Unit.OBJECTS_S)
 
 
 class State(Enum):
@@ -35,6 +41,9 @@ class State(Enum):
     #                (every write cell is cold: it starts from a fresh writable mount)
     WARM = "warm"  # once per mount: read the data set through the peer; every run: evict the
     #                mount's page cache for it, so the peer's own cache answers
+    OWN = "own"  # the workload starts, stops and makes cold everything it measures itself (the
+    #              manifest runs: msfs processes of their own on a PSEUDO namespace); the runner
+    #              does nothing around it
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,9 @@ class Context:
     """What a workload's measuring function gets. `root` is where the bucket's keys appear on the
     mount (None when measuring the raw client); `peer` names the target ("raw" for the raw
     client); `durable_on_close` is False for a peer whose close() returns before its upload is
-    done (a write cell then waits until the store holds what was written, on the clock)."""
+    done (a write cell then waits until the store holds what was written, on the clock); `fs` is
+    the mounted peer itself (None for the raw client), for a workload that starts processes of
+    its own with the peer's binaries and settings."""
 
     root: Path | None
     raw: RawClient
@@ -51,6 +62,7 @@ class Context:
     workdir: Path
     peer: str
     durable_on_close: bool = True
+    fs: Filesystem | None = None
 
     @property
     def mount(self) -> Path:
@@ -60,6 +72,17 @@ class Context:
 
 
 Measure = Callable[[Context], Sample]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published figure the table and chart show beside a workload's own (e.g. the seed's
+    manifest figures), with where it comes from and at what scale it was measured."""
+
+    value: float
+    source: str  # where and at what scale, e.g. "seed's user guide: 100M objects, c5a.12xlarge"
+    published: str = ""  # the figure as published, when it reads differently ("1m 45s")
+    comparable: bool = True  # False: measured at another size, so a ratio would mean nothing
 
 
 @dataclass(frozen=True)
@@ -79,6 +102,15 @@ class Workload:
     est_seconds: float  # expected seconds per run per peer, for the duration estimate
     smoke: bool = False  # part of --self-check (one per family)
     writes: bool = False  # needs a writable mount (peers are mounted read-only otherwise)
+    peers: tuple[str, ...] | None = None  # the filesystems it runs on (None: every one); a
+    #                                       feature only msfs has is ("msfs",)
+    reference: Reference | None = None  # a published figure shown beside the result
+
+    def runs_on(self, peer: str) -> bool:
+        """Whether this workload has a cell for `peer` ("raw": the physical limit)."""
+        if peer == "raw":
+            return self.on_raw is not None
+        return self.peers is None or peer in self.peers
 
 
 @dataclass(frozen=True)

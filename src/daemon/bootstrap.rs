@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::config::BackendConfig;
 use crate::manifest::generate::{GenerateOptions, generate, listing_backend};
-use crate::manifest::progress::ProgressMode;
 use crate::manifest::namespace::{Manifest, ManifestError};
+use crate::manifest::progress::ProgressMode;
 use crate::manifest::registry::Manifests;
 use crate::store::ObjectStore;
 use crate::telemetry::Metrics;

@@ -160,22 +160,14 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
-    use crate::manifest::format::{Entry, FORMAT_VERSION, ManifestInfo, Totals, write_dir_file};
+    use crate::manifest::format::{Entry, ManifestInfo, write_dir_file};
 
     fn manifest_of(root: &std::path::Path, files: usize) -> Arc<Manifest> {
         let entries: Vec<Entry> = (0..files)
             .map(|i| Entry::file(format!("f{i:06}"), 1, "e", UNIX_EPOCH))
             .collect();
         write_dir_file(root, "", &entries).expect("root");
-        ManifestInfo {
-            version: FORMAT_VERSION,
-            bucket: "b".into(),
-            prefix: String::new(),
-            totals: Totals::default(),
-            created_at: "2026-11-30T00:00:00Z".into(),
-        }
-        .write(root)
-        .expect("info");
+        ManifestInfo::for_test().write(root).expect("info");
         Arc::new(
             Manifest::open(root, false)
                 .expect("open")

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use super::*;
-use crate::manifest::format::{Entry, FORMAT_VERSION, ManifestInfo, Totals, write_dir_file};
+use crate::manifest::format::{Entry, ManifestInfo, write_dir_file};
 use crate::manifest::registry::Manifests;
 use crate::store::ObjectStore;
 use crate::store::testing::TestStore;
@@ -51,15 +51,7 @@ impl Fixture {
         .expect("root");
         write_dir_file(root, "train", &train).expect("train");
         write_dir_file(root, "train/sub", &[Entry::file("x", 1, "x", UNIX_EPOCH)]).expect("sub");
-        ManifestInfo {
-            version: FORMAT_VERSION,
-            bucket: "b".into(),
-            prefix: String::new(),
-            totals: Totals::default(),
-            created_at: "2026-11-30T00:00:00Z".into(),
-        }
-        .write(root)
-        .expect("info");
+        ManifestInfo::for_test().write(root).expect("info");
         Fixture {
             data,
             manifest_dir,

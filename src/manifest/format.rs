@@ -437,6 +437,20 @@ impl ManifestInfo {
 }
 
 #[cfg(test)]
+impl ManifestInfo {
+    /// The index of a manifest a test writes by hand.
+    pub fn for_test() -> ManifestInfo {
+        ManifestInfo {
+            version: FORMAT_VERSION,
+            bucket: "b".into(),
+            prefix: String::new(),
+            totals: Totals::default(),
+            created_at: "2026-11-30T00:00:00Z".into(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 

@@ -286,7 +286,7 @@ mod tests {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use super::*;
-    use crate::manifest::format::{FORMAT_VERSION, Totals, write_dir_file};
+    use crate::manifest::format::write_dir_file;
 
     fn at(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
@@ -321,15 +321,7 @@ mod tests {
             ],
         )
         .expect("d");
-        ManifestInfo {
-            version: FORMAT_VERSION,
-            bucket: "b".into(),
-            prefix: String::new(),
-            totals: Totals::default(),
-            created_at: "2026-11-30T00:00:00Z".into(),
-        }
-        .write(root)
-        .expect("info");
+        ManifestInfo::for_test().write(root).expect("info");
     }
 
     fn names(map: &BTreeMap<String, EntryKind>) -> Vec<&str> {

@@ -404,13 +404,7 @@ fn v1_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn context(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::csi::credentials::tests::context;
 
     #[test]
     fn an_inline_volume_may_not_name_a_manifest_directory_on_the_node() {

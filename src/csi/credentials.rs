@@ -361,10 +361,11 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn context(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    /// A request map (attributes, secrets or volume context) from pairs.
+    pub(crate) fn context(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -88,6 +88,26 @@ fn credential_source(
     hasher.finish()
 }
 
+/// The volume's backends with credentials resolved from this request (secrets, pod token),
+/// and when those credentials expire.
+async fn resolve_backends(
+    args: &PublishArgs,
+    secrets: &HashMap<String, String>,
+    context: &HashMap<String, String>,
+) -> Result<(Vec<BackendConfig>, Option<SystemTime>), CsiError> {
+    let auth = &args.attributes.auth;
+    auth.check_request(secrets, context)?;
+    let keys = auth.resolve(&args.volume_id, secrets, context).await?;
+    let expires = match &keys {
+        Keys::Static(k) => k.expires,
+        _ => None,
+    };
+    let configs = args
+        .attributes
+        .backend_configs(&args.volume_id, &args.overrides, &keys)?;
+    Ok((configs, expires))
+}
+
 fn backend_error(error: DaemonError) -> CsiError {
     match error {
         DaemonError::Backend { dir_name, source } => CsiError::Backend { dir_name, source },
@@ -175,19 +195,10 @@ impl Volumes {
                 "this node already serves {max} msfs volumes (--max-volumes)"
             )));
         }
-        let auth = &args.attributes.auth;
         // Attributes first (cheap, no network), then credentials, then the stores.
         args.attributes
             .backend_configs(&args.volume_id, &args.overrides, &Keys::Anonymous)?;
-        auth.check_request(secrets, context)?;
-        let keys = auth.resolve(&args.volume_id, secrets, context).await?;
-        let expires = match &keys {
-            Keys::Static(k) => k.expires,
-            _ => None,
-        };
-        let configs = args
-            .attributes
-            .backend_configs(&args.volume_id, &args.overrides, &keys)?;
+        let (configs, expires) = resolve_backends(&args, secrets, context).await?;
         let backends = self.open_backends(&configs).await?;
 
         let target = args.target.clone();
@@ -285,16 +296,7 @@ impl Volumes {
         context: &HashMap<String, String>,
         credential_source: u64,
     ) -> Result<(), CsiError> {
-        let auth = &args.attributes.auth;
-        auth.check_request(secrets, context)?;
-        let keys = auth.resolve(&args.volume_id, secrets, context).await?;
-        let expires = match &keys {
-            Keys::Static(k) => k.expires,
-            _ => None,
-        };
-        let configs = args
-            .attributes
-            .backend_configs(&args.volume_id, &args.overrides, &keys)?;
+        let (configs, expires) = resolve_backends(args, secrets, context).await?;
         let fs = lock(&self.published)
             .get(&args.target)
             .map(|p| p.fs.clone());

@@ -92,7 +92,8 @@ impl ManifestPages {
         }
     }
 
-    fn get(&mut self, from: u64, limit: usize) -> Result<Vec<DirEntry>, ManifestError> {
+    /// Up to `limit` entries from ordinal `from`. Blocking: may read the manifest's files.
+    pub fn get(&mut self, from: u64, limit: usize) -> Result<Vec<DirEntry>, ManifestError> {
         if from < self.window_start {
             // A seek backwards (rewinddir, or a reply the kernel dropped): start over.
             self.window_start = 0;

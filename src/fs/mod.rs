@@ -687,7 +687,9 @@ impl Fs {
             .engines
             .writes
             .files_in(settings.store.id(), &settings.dir_prefix_of(path));
-        let mut children = self.list_children(backend, &settings, path).await?;
+        let mut children = listing::list_dir(&settings, path)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
         self.overlay_writes(&settings, path, before, &mut children);
         let children = Arc::new(children);
         lock(&self.listings).insert(
@@ -698,24 +700,6 @@ impl Fs {
             },
         );
         Ok(children)
-    }
-
-    /// Every entry of directory `path` as the backend's namespace has it now: its manifest's
-    /// if it has one, else a full listing from the store.
-    async fn list_children(
-        &self,
-        backend: &Backend,
-        settings: &BackendSettings,
-        path: &str,
-    ) -> Result<BTreeMap<String, ChildKind>> {
-        match &settings.manifest {
-            Some(manifest) => manifest_listing::list(manifest, path)
-                .await
-                .map_err(|e| Self::manifest_error(backend, e)),
-            None => listing::list_dir(settings, path)
-                .await
-                .map_err(|e| Self::store_error(backend, e)),
-        }
     }
 
     /// Shows files being written (which may not exist in the store yet) and hides objects

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
+use super::dir_pages::ManifestPages;
 use super::inode::Node;
 use super::listing::{self, ChildKind, NAME_MAX, valid_name};
 use super::{
@@ -16,6 +17,7 @@ use super::{
 use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
 use crate::manifest::format::EntryKind;
+use crate::manifest::registry::blocking;
 
 /// A rename's flags that msfs honours (the rest are refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -337,8 +339,23 @@ impl Fs {
         {
             return Ok(false);
         }
-        let children = self.list_children(backend, settings, path).await?;
-        Ok(children.is_empty())
+        match &settings.manifest {
+            // One entry decides it: read the first page, not the whole directory.
+            Some(manifest) => {
+                let changes = self.mount_changes(settings, manifest, path);
+                let mut pages = ManifestPages::new(manifest.clone(), path.to_string(), changes);
+                let first = blocking(move || pages.get(0, 1))
+                    .await
+                    .map_err(|e| Self::manifest_error(backend, e))?;
+                Ok(first.is_empty())
+            }
+            None => {
+                let children = listing::list_dir(settings, path)
+                    .await
+                    .map_err(|e| Self::store_error(backend, e))?;
+                Ok(children.is_empty())
+            }
+        }
     }
 
     /// Renames a file (copy, then delete) or an empty directory (its marker) within one

@@ -20,8 +20,6 @@ use super::index::{Index, IndexError};
 pub const INDEX_DB: &str = "_msfs_index.redb";
 /// Directories parsed from TSV files kept while the index builds.
 const PARSED_DIRS: usize = 8;
-/// Entries read from the index per step when a whole directory is listed.
-const LIST_PAGE: usize = 8192;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -164,10 +162,12 @@ impl Manifest {
         }
     }
 
-    /// Every entry of directory `dir` in name order. Blocking: reads local files. Holds the
-    /// whole directory: for small ones (an emptiness check, tests); serve big ones with
-    /// [`Manifest::base_page`] and [`Manifest::overlay_children`].
+    /// Every entry of directory `dir` in name order, the delta log applied: the reference the
+    /// tests hold the paged readers to. (Serving reads a page at a time: [`Manifest::base_page`]
+    /// and [`Manifest::overlay_children`].)
+    #[cfg(test)]
     pub fn list(&self, dir: &str) -> Result<BTreeMap<String, EntryKind>, ManifestError> {
+        const LIST_PAGE: usize = 8192;
         let mut children = BTreeMap::new();
         let mut after: Option<String> = None;
         loop {

@@ -13,7 +13,7 @@ pub mod session;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::config::{BackendConfig, Config};
 use crate::engines::Engines;
@@ -85,6 +85,12 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     let writes = engines.writes.clone();
     let fs = Arc::new(Fs::new(options, engines.clone(), backends));
     let fs_for_reload = fs.clone();
+    // Before the mount appears: a signal sent as soon as it does (a reload, a stop) must find
+    // its handler, not the default action, which would kill the daemon.
+    let signals = {
+        let _runtime = runtime.enter();
+        Signals::install()
+    };
     let mut session = MountedSession::start(
         fs,
         runtime.handle().clone(),
@@ -110,7 +116,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         "mounted"
     );
 
-    let stop = runtime.block_on(wait_for_stop(done_rx, &mut reloader));
+    let stop = runtime.block_on(wait_for_stop(signals, done_rx, &mut reloader));
     if let Some(signal) = stop {
         tracing::info!(signal, "unmounting");
         session.unmount().map_err(|source| DaemonError::Mount {
@@ -199,17 +205,37 @@ fn session_options(config: &Config) -> SessionOptions {
     }
 }
 
+/// The signals the daemon acts on: SIGTERM and SIGINT stop it, SIGHUP reloads.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    /// `None` when the handlers cannot be installed (then only `umount` stops the daemon).
+    fn install() -> Option<Signals> {
+        Some(Signals {
+            term: signal(SignalKind::terminate()).ok()?,
+            int: signal(SignalKind::interrupt()).ok()?,
+            hup: signal(SignalKind::hangup()).ok()?,
+        })
+    }
+}
+
 /// Serves reloads until the FUSE session ends on its own (external `umount`) or a stop signal
 /// arrives; returns the signal's name in the latter case.
 async fn wait_for_stop(
+    signals: Option<Signals>,
     mut session_done: tokio::sync::oneshot::Receiver<()>,
     reloader: &mut reload::Reloader,
 ) -> Option<&'static str> {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
+    let Some(Signals {
+        mut term,
+        mut int,
+        mut hup,
+    }) = signals
+    else {
         tracing::error!("cannot install signal handlers; stop with umount");
         let _ = session_done.await;
         return None;

@@ -1,15 +1,23 @@
 //! CSI credential flows through STS against a local moto server (S3 + STS): the pod's
 //! service-account token exchanged by AssumeRoleWithWebIdentity, AssumeRole from a Secret's
 //! keys, renewal on republish with a fresh token, and an unreachable STS failing the publish.
+//! Without `roleArn`, the role comes from the pod's ServiceAccount annotation, served by a
+//! Kubernetes API fixture the plugin reaches through `KUBECONFIG`.
 
 mod common;
 
+use std::collections::HashMap;
+use std::path::Path;
+
 use aws_sdk_s3::primitives::ByteStream;
 use common::csi::{CsiPlugin, Moto, map, mounted, publish_request, unpublish_request};
+use common::kube_api::{self, KubeApi};
 use tonic::Code;
 
 const ROLE: &str = "arn:aws:iam::123456789012:role/msfs-reader";
 const TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
+const POD_NAMESPACE_KEY: &str = "csi.storage.k8s.io/pod.namespace";
+const SERVICE_ACCOUNT_KEY: &str = "csi.storage.k8s.io/serviceAccount.name";
 
 fn tokens(token: &str) -> String {
     serde_json::json!({"sts.amazonaws.com": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}})
@@ -128,5 +136,191 @@ async fn unreachable_sts_fails_the_publish_as_unavailable() {
         .expect_err("no STS");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert!(status.message().contains(ROLE), "{status:?}");
+    assert!(!mounted(&target));
+}
+
+/// A plugin whose `KUBECONFIG` points at `api`; the kubeconfig lives in `dir`.
+fn plugin_with_kube_api(api: &KubeApi, dir: &Path) -> CsiPlugin {
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let path = kubeconfig.display().to_string();
+    CsiPlugin::start_with_env(None, &[], &[("KUBECONFIG", &path)])
+}
+
+/// What the kubelet passes for a pod of `namespace` running as `service_account`, for a volume
+/// with `authenticationSource: pod` and no `roleArn`.
+fn pod_context(
+    bucket: &str,
+    endpoint: &str,
+    namespace: &str,
+    service_account: &str,
+) -> HashMap<String, String> {
+    let mut c = map(&[
+        ("bucketName", bucket),
+        ("endpoint", endpoint),
+        ("authenticationSource", "pod"),
+        ("stsEndpoint", endpoint),
+        ("csi.storage.k8s.io/pod.name", "reader-0"),
+        (
+            "csi.storage.k8s.io/pod.uid",
+            "5d0c6b4e-0000-0000-0000-000000000001",
+        ),
+        (POD_NAMESPACE_KEY, namespace),
+        (SERVICE_ACCOUNT_KEY, service_account),
+    ]);
+    c.insert(TOKENS_KEY.into(), tokens("sa-token"));
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_without_role_arn_assumes_the_role_its_service_account_names() {
+    let moto = Moto::start();
+    bucket_with(&moto, "sa-bucket", "h.txt", "sa data").await;
+    let api = KubeApi::start(&[("team-a", "reader", Some(ROLE))]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = plugin_with_kube_api(&api, dir.path());
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-sa", "pv-sa");
+    let context = pod_context("sa-bucket", &moto.endpoint(), "team-a", "reader");
+    node.node_publish_volume(publish_request(
+        "pv-sa",
+        &target,
+        context,
+        Default::default(),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("publish: {e}\n{}", plugin.log_text()));
+
+    let requests = api.requests();
+    assert!(
+        requests.iter().any(|r| r.method == "GET"
+            && r.path == "/api/v1/namespaces/team-a/serviceaccounts/reader"
+            && r.authorization.as_deref() == Some(&format!("Bearer {}", kube_api::TOKEN))),
+        "the plugin did not get the ServiceAccount with the kubeconfig's token: {requests:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(target.join("h.txt")).expect("read"),
+        "sa data"
+    );
+    let log = plugin.log_text();
+    assert!(log.contains(ROLE), "the role read is not logged:\n{log}");
+    assert!(!log.contains("sa-token"), "pod token in the log");
+    assert!(!log.contains(kube_api::TOKEN), "kube token in the log");
+
+    node.node_unpublish_volume(unpublish_request("pv-sa", &target))
+        .await
+        .expect("unpublish");
+    assert!(!target.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_without_the_annotation_is_an_invalid_role_arn() {
+    let api = KubeApi::start(&[("team-a", "plain", None)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = plugin_with_kube_api(&api, dir.path());
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-plain", "pv-plain");
+    // Nothing listens on the discard port: the publish must fail before any S3 or STS call.
+    let context = pod_context("any", "http://127.0.0.1:9", "team-a", "plain");
+    let status = node
+        .node_publish_volume(publish_request(
+            "pv-plain",
+            &target,
+            context,
+            Default::default(),
+        ))
+        .await
+        .expect_err("no role to assume");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().starts_with("roleArn"), "{status:?}");
+    assert!(
+        status.message().contains(kube_api::ROLE_ARN_ANNOTATION),
+        "{status:?}"
+    );
+    assert!(status.message().contains("team-a/plain"), "{status:?}");
+    assert_eq!(api.requests().len(), 1, "{:?}", api.requests());
+    assert!(!mounted(&target));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_service_account_is_not_found() {
+    let api = KubeApi::start(&[("team-a", "reader", Some(ROLE))]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = plugin_with_kube_api(&api, dir.path());
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-ghost", "pv-ghost");
+    let context = pod_context("any", "http://127.0.0.1:9", "team-b", "reader");
+    let status = node
+        .node_publish_volume(publish_request(
+            "pv-ghost",
+            &target,
+            context,
+            Default::default(),
+        ))
+        .await
+        .expect_err("no such ServiceAccount");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(status.message().contains("team-b/reader"), "{status:?}");
+    assert!(!mounted(&target));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_kube_api_fails_the_publish_as_unavailable() {
+    let api = KubeApi::start(&[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    drop(api);
+    // The kubeconfig now names a port nothing listens on.
+    let path = kubeconfig.display().to_string();
+    let plugin = CsiPlugin::start_with_env(None, &[], &[("KUBECONFIG", &path)]);
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-down", "pv-down");
+    let context = pod_context("any", "http://127.0.0.1:9", "team-a", "reader");
+    let status = node
+        .node_publish_volume(publish_request(
+            "pv-down",
+            &target,
+            context,
+            Default::default(),
+        ))
+        .await
+        .expect_err("no API server");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("Kubernetes API"), "{status:?}");
+    assert!(!mounted(&target));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_kube_config_fails_the_publish_as_unavailable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let absent = dir.path().join("no-kubeconfig").display().to_string();
+    // Neither a kubeconfig nor an in-cluster configuration (a bad port), whatever the machine.
+    let plugin = CsiPlugin::start_with_env(
+        None,
+        &[],
+        &[
+            ("KUBECONFIG", &absent),
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "not-a-port"),
+        ],
+    );
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-nocfg", "pv-nocfg");
+    let context = pod_context("any", "http://127.0.0.1:9", "team-a", "reader");
+    let status = node
+        .node_publish_volume(publish_request(
+            "pv-nocfg",
+            &target,
+            context,
+            Default::default(),
+        ))
+        .await
+        .expect_err("no Kubernetes API configuration");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("no Kubernetes API configuration"),
+        "{status:?}"
+    );
     assert!(!mounted(&target));
 }

@@ -18,6 +18,10 @@ use crate::config::{self, BackendConfig, ConfigError};
 
 /// The service-account tokens kubelet passes when the CSIDriver asks for them.
 pub const TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
+/// The pod's namespace, passed by the kubelet when the CSIDriver sets `podInfoOnMount: true`.
+pub const POD_NAMESPACE_KEY: &str = "csi.storage.k8s.io/pod.namespace";
+/// The pod's ServiceAccount name, passed with [`POD_NAMESPACE_KEY`].
+pub const SERVICE_ACCOUNT_NAME_KEY: &str = "csi.storage.k8s.io/serviceAccount.name";
 /// Set by the kubelet to "true" on inline volumes declared in a pod spec.
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
 

@@ -6,7 +6,9 @@
 //! - `secret`: keys from the volume's `nodePublishSecretRef`;
 //! - `anonymous`: unsigned requests;
 //! - `pod`: the pod's service-account token (`csi.storage.k8s.io/serviceAccount.tokens`,
-//!   audience `sts.amazonaws.com`) exchanged by AssumeRoleWithWebIdentity for `roleArn`.
+//!   audience `sts.amazonaws.com`) exchanged by AssumeRoleWithWebIdentity for `roleArn`, or,
+//!   without `roleArn`, for the role the pod's ServiceAccount names in its
+//!   `eks.amazonaws.com/role-arn` annotation (read through the Kubernetes API, as IRSA does).
 //!
 //! With `driver` or `secret`, a `roleArn` means AssumeRole from those credentials. STS calls go
 //! through the AWS SDK's STS client; the temporary keys it returns become the backends' static
@@ -20,6 +22,7 @@ use aws_sdk_sts::error::ProvideErrorMetadata;
 
 use super::attributes::TOKENS_KEY;
 use super::error::CsiError;
+use super::service_account::PodServiceAccount;
 use crate::config::Secret;
 
 /// The token audience AWS STS expects (what the CSIDriver's `tokenRequests` must ask for).
@@ -82,29 +85,15 @@ impl AuthSettings {
             },
         };
         let role_arn = context.get("roleArn").filter(|r| !r.is_empty()).cloned();
-        if let Some(arn) = &role_arn
-            && (!arn.starts_with("arn:") || arn.contains(char::is_whitespace))
-        {
+        if let Some(arn) = &role_arn {
+            check_role_arn(arn).map_err(|problem| CsiError::invalid("roleArn", problem))?;
+        }
+        // `pod` needs no `roleArn`: without one, publish reads it from the pod's ServiceAccount.
+        if source == AuthSource::Anonymous && role_arn.is_some() {
             return Err(CsiError::invalid(
                 "roleArn",
-                format!("not an IAM role ARN ({arn:?}); expected arn:aws:iam::ACCOUNT:role/NAME"),
+                "cannot be combined with authenticationSource anonymous",
             ));
-        }
-        match (source, &role_arn) {
-            (AuthSource::Anonymous, Some(_)) => {
-                return Err(CsiError::invalid(
-                    "roleArn",
-                    "cannot be combined with authenticationSource anonymous",
-                ));
-            }
-            (AuthSource::Pod, None) => {
-                return Err(CsiError::invalid(
-                    "roleArn",
-                    "required with authenticationSource pod (reading the role from the \
-                     ServiceAccount's eks.amazonaws.com/role-arn annotation is not supported yet)",
-                ));
-            }
-            _ => {}
         }
         let sts_endpoint = context
             .get("stsEndpoint")
@@ -144,7 +133,13 @@ impl AuthSettings {
     ) -> Result<(), CsiError> {
         match self.source {
             AuthSource::Secret => secret_keys(secrets).map(|_| ()),
-            AuthSource::Pod => pod_token(context).map(|_| ()),
+            AuthSource::Pod => {
+                pod_token(context)?;
+                if self.role_arn.is_none() {
+                    PodServiceAccount::from_context(context)?;
+                }
+                Ok(())
+            }
             AuthSource::Driver | AuthSource::Anonymous => Ok(()),
         }
     }
@@ -160,9 +155,22 @@ impl AuthSettings {
             AuthSource::Anonymous => return Ok(Keys::Anonymous),
             AuthSource::Pod => {
                 let token = pod_token(context)?;
-                let role_arn = self.role_arn.as_deref().unwrap_or_default();
+                let role_arn = match &self.role_arn {
+                    Some(role_arn) => role_arn.clone(),
+                    None => {
+                        let account = PodServiceAccount::from_context(context)?;
+                        let role_arn = account.role_arn().await?;
+                        tracing::info!(
+                            volume_id,
+                            service_account = %account,
+                            role_arn,
+                            "role read from the ServiceAccount's annotation"
+                        );
+                        role_arn
+                    }
+                };
                 return self
-                    .assume_with_web_identity(volume_id, role_arn, &token)
+                    .assume_with_web_identity(volume_id, &role_arn, &token)
                     .await;
             }
             AuthSource::Driver => Keys::DefaultChain,
@@ -243,6 +251,18 @@ impl AuthSettings {
             Ok(out) => temporary_keys(out.credentials, "AssumeRoleWithWebIdentity", role_arn),
             Err(e) => Err(sts_error("AssumeRoleWithWebIdentity", role_arn, &e)),
         }
+    }
+}
+
+/// The one check of a role ARN, whether from `roleArn` or a ServiceAccount annotation; the
+/// error says what is wrong, for the caller to address to where the ARN came from.
+pub(super) fn check_role_arn(arn: &str) -> Result<(), String> {
+    if arn.starts_with("arn:") && !arn.contains(char::is_whitespace) {
+        Ok(())
+    } else {
+        Err(format!(
+            "not an IAM role ARN ({arn:?}); expected arn:aws:iam::ACCOUNT:role/NAME"
+        ))
     }
 }
 
@@ -387,6 +407,43 @@ pub(crate) mod tests {
         assert_eq!(pod_token(&ctx).expect("token").expose(), "t0k");
         let other = context(&[(TOKENS_KEY, r#"{"vault":{"token":"t"}}"#)]);
         assert!(pod_token(&other).is_err());
+    }
+
+    #[test]
+    fn pod_without_role_arn_needs_the_pod_info_to_find_its_service_account() {
+        use super::super::attributes::{POD_NAMESPACE_KEY, SERVICE_ACCOUNT_NAME_KEY};
+        let tokens = r#"{"sts.amazonaws.com":{"token":"t0k"}}"#;
+        let mut ctx = context(&[("authenticationSource", "pod"), (TOKENS_KEY, tokens)]);
+        let auth = AuthSettings::parse(&ctx).expect("pod without roleArn");
+        assert_eq!(auth.role_arn, None);
+        let error = auth
+            .check_request(&HashMap::new(), &ctx)
+            .expect_err("no pod info");
+        assert!(
+            error.to_string().starts_with("roleArn: ")
+                && error.to_string().contains("podInfoOnMount"),
+            "{error}"
+        );
+        ctx.extend(context(&[
+            (POD_NAMESPACE_KEY, "team-a"),
+            (SERVICE_ACCOUNT_NAME_KEY, "reader"),
+        ]));
+        auth.check_request(&HashMap::new(), &ctx)
+            .expect("pod info present");
+    }
+
+    #[test]
+    fn role_arn_attribute_is_checked() {
+        let bad = AuthSettings::parse(&context(&[("roleArn", "my-role")])).expect_err("not an ARN");
+        assert!(
+            bad.to_string().starts_with("roleArn: not an IAM role ARN"),
+            "{bad}"
+        );
+        let anonymous = context(&[
+            ("authenticationSource", "anonymous"),
+            ("roleArn", "arn:aws:iam::1:role/r"),
+        ]);
+        assert!(AuthSettings::parse(&anonymous).is_err());
     }
 
     #[test]

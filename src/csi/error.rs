@@ -21,6 +21,9 @@ pub enum CsiError {
     NotFound(String),
     #[error("{0}")]
     ResourceExhausted(String),
+    /// The request conflicts with the node's state (a single-writer volume published elsewhere).
+    #[error("{0}")]
+    FailedPrecondition(String),
     /// A backend failed its publish-time check (LIST of its bucket and prefix).
     #[error("backend {dir_name}: {source}")]
     Backend {
@@ -33,6 +36,25 @@ pub enum CsiError {
     Sts {
         action: &'static str,
         role_arn: String,
+        message: String,
+        denied: bool,
+    },
+    /// Written files of the volume could not be committed at unpublish.
+    #[error(
+        "{files} written file(s) of volume {volume_id} could not be committed yet ({first}); \
+         they are kept and retried, and the volume stays mounted until they land"
+    )]
+    WritesPending {
+        volume_id: String,
+        files: usize,
+        first: String,
+    },
+    /// The Kubernetes API refused (`denied`) or could not answer the lookup of the pod's
+    /// ServiceAccount, for `authenticationSource: pod` without `roleArn`.
+    #[error("ServiceAccount {namespace}/{name}: {message}")]
+    ServiceAccountLookup {
+        namespace: String,
+        name: String,
         message: String,
         denied: bool,
     },
@@ -61,9 +83,13 @@ impl CsiError {
             CsiError::AlreadyExists(_) => Code::AlreadyExists,
             CsiError::NotFound(_) => Code::NotFound,
             CsiError::ResourceExhausted(_) => Code::ResourceExhausted,
+            CsiError::FailedPrecondition(_) => Code::FailedPrecondition,
+            CsiError::WritesPending { .. } => Code::Unavailable,
             CsiError::Backend { source, .. } => store_code(source),
             CsiError::Sts { denied: true, .. } => Code::PermissionDenied,
             CsiError::Sts { .. } => Code::Unavailable,
+            CsiError::ServiceAccountLookup { denied: true, .. } => Code::PermissionDenied,
+            CsiError::ServiceAccountLookup { .. } => Code::Unavailable,
             CsiError::Io { .. } | CsiError::Internal(_) => Code::Internal,
         }
     }

@@ -18,6 +18,8 @@ mod mounts;
 mod node;
 pub mod proto;
 mod request;
+mod service_account;
+mod state;
 mod volumes;
 
 use std::path::{Path, PathBuf};
@@ -92,7 +94,8 @@ fn bind_socket(path: &Path) -> Result<UnixListener, String> {
     UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
 }
 
-/// Runs the plugin until SIGTERM or SIGINT; then unpublishes every volume it serves.
+/// Runs the plugin until SIGTERM or SIGINT; then commits and unmounts every volume it serves,
+/// remembering them for the next run.
 pub fn run(options: CsiOptions) -> Result<(), String> {
     check_driver_name(&options.driver_name)?;
     if options.node_id.is_empty() {
@@ -110,6 +113,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
         );
     }
     let engines = Engines::from_config(&options.config).map_err(|e| e.to_string())?;
+    let state = state::PublishedState::open(&options.state_dir)?;
     let staging_dir = options.state_dir.join("staging");
     std::fs::create_dir_all(&staging_dir)
         .map_err(|e| format!("cannot create {}: {e}", staging_dir.display()))?;
@@ -122,13 +126,14 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
             fuse_workers: options.config.fuse_workers,
             max_volumes: options.max_volumes,
         },
+        state,
     ));
     runtime.block_on(serve(options, socket, engines, volumes))
 }
 
 /// Detaches and removes what a previous run of the plugin left in the staging directory (its
 /// FUSE sessions died with it). Nothing is published yet, so everything there is stale; the
-/// targets themselves are recovered when the kubelet republishes them (`requiresRepublish`) or
+/// targets themselves are remounted by `Volumes::restore` or at the kubelet's republish, or
 /// cleaned when it unpublishes them.
 fn clean_stale_staging(staging_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(staging_dir) else {
@@ -171,6 +176,13 @@ async fn serve(
         pods_dir: options.kubelet_dir.join("pods"),
         volumes: volumes.clone(),
     };
+    // After the socket is bound, so the kubelet's calls are answered meanwhile; calls for a
+    // volume being restored wait on its lock.
+    let restoring = {
+        let volumes = volumes.clone();
+        let pods_dir = node.pods_dir.clone();
+        tokio::spawn(async move { volumes.restore(&pods_dir).await })
+    };
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -193,7 +205,8 @@ async fn serve(
         .add_service(proto::node_server::NodeServer::new(node))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
         .await;
-    volumes.unpublish_all().await;
+    restoring.abort();
+    volumes.shut_down().await;
     let _ = std::fs::remove_file(&socket);
     served.map_err(|e| format!("gRPC server: {e}"))
 }

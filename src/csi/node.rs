@@ -76,6 +76,8 @@ impl Node for NodeService {
                 capability(rpc::Type::GetVolumeStats),
                 capability(rpc::Type::VolumeCondition),
                 capability(rpc::Type::VolumeMountGroup),
+                // SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER are understood.
+                capability(rpc::Type::SingleNodeMultiWriter),
             ],
         }))
     }
@@ -101,9 +103,10 @@ impl Node for NodeService {
             return Err(CsiError::invalid("volume_path", "required").into());
         }
         let path = PathBuf::from(&request.volume_path);
-        if !self.volumes.is_published(&path) {
+        if !self.volumes.is_published(&request.volume_id, &path) {
             return Err(CsiError::NotFound(format!(
-                "{} is not a published msfs volume on this node",
+                "volume {} is not published at {} on this node",
+                request.volume_id,
                 path.display()
             ))
             .into());

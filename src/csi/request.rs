@@ -8,6 +8,7 @@ use super::error::CsiError;
 use super::proto::volume_capability::AccessType;
 use super::proto::volume_capability::access_mode::Mode;
 use super::proto::{NodePublishVolumeRequest, VolumeCapability};
+use super::state::PublishRecord;
 
 /// Mount options that ask for what msfs does anyway, accepted and ignored.
 const HARMLESS_MOUNT_OPTIONS: [&str; 7] = [
@@ -27,15 +28,31 @@ pub struct PublishArgs {
     pub target: PathBuf,
     pub overrides: MountOverrides,
     pub attributes: VolumeAttributes,
+    pub mode: Mode,
+    /// What is remembered on disk to remount after a plugin restart.
+    pub record: PublishRecord,
     /// Everything that defines the publish except secrets and tokens, which may be renewed by a
     /// republish; a second publish at the same target must match it.
     pub fingerprint: String,
 }
 
+/// CSI's size limit for string fields; volume ids also become directory names, whose
+/// components may not exceed 255 bytes.
+const MAX_VOLUME_ID_BYTES: usize = 128;
+/// Largest volume attribute value: a `backendsJson` of dozens of backends fits many times over,
+/// and a runaway one cannot make the plugin parse megabytes per publish.
+const MAX_ATTRIBUTE_BYTES: usize = 64 * 1024;
+
 /// Volume ids become directory and session names: one path component, no `..`.
 pub fn check_volume_id(id: &str) -> Result<(), CsiError> {
     if id.is_empty() {
         return Err(CsiError::invalid("volume_id", "required"));
+    }
+    if id.len() > MAX_VOLUME_ID_BYTES {
+        return Err(CsiError::invalid(
+            "volume_id",
+            format!("{} bytes long; at most {MAX_VOLUME_ID_BYTES}", id.len()),
+        ));
     }
     if id.contains('/') || id.contains('\0') || id == "." || id.contains("..") {
         return Err(CsiError::invalid(
@@ -103,6 +120,16 @@ pub fn publish_args(
         })?;
         overrides.gid = Some(gid);
     }
+    if let Some((key, value)) = request
+        .volume_context
+        .iter()
+        .find(|(_, value)| value.len() > MAX_ATTRIBUTE_BYTES)
+    {
+        return Err(CsiError::invalid(
+            key.as_str(),
+            format!("{} bytes long; at most {MAX_ATTRIBUTE_BYTES}", value.len()),
+        ));
+    }
     let attributes = VolumeAttributes::parse(&request.volume_context)?;
     let fingerprint = fingerprint(request, mode, flags, group);
     Ok(PublishArgs {
@@ -110,6 +137,8 @@ pub fn publish_args(
         target,
         overrides,
         attributes,
+        mode,
+        record: PublishRecord::from_request(request),
         fingerprint,
     })
 }

@@ -17,7 +17,9 @@ use tokio::runtime::Handle;
 use super::credentials::{AuthSettings, AuthSource, Keys};
 use super::error::CsiError;
 use super::mounts;
-use super::request::PublishArgs;
+use super::proto::volume_capability::access_mode::Mode;
+use super::request::{PublishArgs, publish_args};
+use super::state::PublishedState;
 use crate::config::BackendConfig;
 use crate::daemon::mountpoint;
 use crate::daemon::session::{MountedSession, SessionOptions};
@@ -45,6 +47,7 @@ pub struct NodeSettings {
 
 struct Published {
     volume_id: String,
+    mode: Mode,
     fingerprint: String,
     /// Hash of the secrets and token the credentials came from (never the secrets themselves).
     credential_source: u64,
@@ -61,6 +64,8 @@ pub struct Volumes {
     runtime: Handle,
     settings: NodeSettings,
     published: Mutex<HashMap<PathBuf, Published>>,
+    /// What was published, on disk, for a restarted plugin.
+    state: PublishedState,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -116,12 +121,18 @@ fn backend_error(error: DaemonError) -> CsiError {
 }
 
 impl Volumes {
-    pub fn new(engines: Engines, runtime: Handle, settings: NodeSettings) -> Volumes {
+    pub fn new(
+        engines: Engines,
+        runtime: Handle,
+        settings: NodeSettings,
+        state: PublishedState,
+    ) -> Volumes {
         Volumes {
             engines,
             runtime,
             settings,
             published: Mutex::new(HashMap::new()),
+            state,
             locks: Mutex::new(HashMap::new()),
         }
     }
@@ -133,8 +144,11 @@ impl Volumes {
             .clone()
     }
 
-    pub fn is_published(&self, target: &Path) -> bool {
-        lock(&self.published).contains_key(target)
+    /// Whether volume `volume_id` is published at `target`.
+    pub fn is_published(&self, volume_id: &str, target: &Path) -> bool {
+        lock(&self.published)
+            .get(target)
+            .is_some_and(|p| p.volume_id == volume_id)
     }
 
     pub fn count(&self) -> usize {
@@ -169,7 +183,10 @@ impl Volumes {
                                 .map_or(true, |left| left < RENEW_BEFORE_EXPIRY)
                         }),
                 ),
-                None => None,
+                None => {
+                    check_single_writer(&published, &args)?;
+                    None
+                }
             }
         };
         match renew {
@@ -258,8 +275,10 @@ impl Volumes {
         }
         tracing::info!(volume_id = %args.volume_id, target = %target.display(),
             backends = configs.len(), "published");
+        self.state.insert(args.record);
         let published = Published {
             volume_id: args.volume_id,
+            mode: args.mode,
             fingerprint: args.fingerprint,
             credential_source,
             expires,
@@ -336,7 +355,13 @@ impl Volumes {
         let _serialized = volume_lock.lock().await;
         let published = lock(&self.published).remove(target);
         match published {
-            Some(published) => self.unmount(published, target).await?,
+            Some(published) => {
+                if let Err(e) = self.commit_pending(&published).await {
+                    lock(&self.published).insert(target.to_path_buf(), published);
+                    return Err(e);
+                }
+                self.unmount(published, target).await?;
+            }
             None => {
                 // Not ours (any more): a mount left by a previous run of the plugin is detached.
                 if matches!(mountpoint::mounted_fstype(target), Ok(Some(_))) {
@@ -348,6 +373,7 @@ impl Volumes {
                 }
             }
         }
+        self.state.remove(target);
         match std::fs::remove_dir(target) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -360,6 +386,43 @@ impl Volumes {
             }
         }
         Ok(())
+    }
+
+    /// Commits what the volume's files hold before its mount goes away. A file that cannot be
+    /// committed stays dirty and is retried in the background, and the unpublish fails (the
+    /// kubelet calls it again) rather than unmount over an unsaved write.
+    async fn commit_pending(&self, published: &Published) -> Result<(), CsiError> {
+        let namespaces: Vec<(String, String)> = published
+            .fs
+            .backends()
+            .iter()
+            .map(|backend| {
+                let settings = backend.settings();
+                (settings.store.id().to_string(), settings.prefix.clone())
+            })
+            .collect();
+        let failed = self
+            .engines
+            .writes
+            .drain_matching(|file| {
+                namespaces
+                    .iter()
+                    .any(|(store, prefix)| file.store.id() == store && file.key.starts_with(prefix))
+            })
+            .await;
+        let Some((_, first)) = failed.first() else {
+            return Ok(());
+        };
+        for (file, error) in &failed {
+            tracing::error!(volume_id = %published.volume_id, backend = %file.backend,
+                key = %file.key, error = %error,
+                "cannot commit a written file at unpublish; kept dirty and retried");
+        }
+        Err(CsiError::WritesPending {
+            volume_id: published.volume_id.clone(),
+            files: failed.len(),
+            first: first.to_string(),
+        })
     }
 
     async fn unmount(&self, mut published: Published, target: &Path) -> Result<(), CsiError> {
@@ -383,31 +446,104 @@ impl Volumes {
         if let Some(staging) = staging {
             let _ = std::fs::remove_dir(&staging);
         }
-        // The write engine is process-wide: this commits every volume's dirty files, which is
-        // more than needed but never less.
-        for (file, error) in self.engines.writes.drain().await {
-            tracing::error!(volume_id = %published.volume_id, backend = %file.backend,
-                key = %file.key, error = %error,
-                "could not commit a written file at unpublish; its data is lost");
-        }
         drop(published.fs);
         tracing::info!(volume_id = %published.volume_id, target = %target.display(),
             backends = published.configs.len(), "unpublished");
         Ok(())
     }
 
-    /// Unmounts everything (plugin shutdown).
-    pub async fn unpublish_all(&self) {
+    /// Remounts what a previous run of the plugin published (its FUSE sessions died with it).
+    /// Volumes whose credentials need nothing from the request — the plugin's own chain, or
+    /// none — are mounted again at once, so pods (with `mountPropagation: HostToContainer`)
+    /// see their files again without a restart. Secrets and pod tokens are never kept on disk:
+    /// those volumes come back at the kubelet's next republish (`requiresRepublish`).
+    pub async fn restore(&self, pods_dir: &Path) {
+        for record in self.state.records() {
+            let target = PathBuf::from(&record.target_path);
+            if !target.parent().is_some_and(Path::exists) {
+                tracing::info!(volume_id = %record.volume_id, target = %target.display(),
+                    "forgetting a volume of a previous run: its pod is gone");
+                self.state.remove(&target);
+                continue;
+            }
+            let request = record.to_request();
+            let args = match publish_args(&request, pods_dir) {
+                Ok(args) => args,
+                Err(e) => {
+                    tracing::warn!(volume_id = %record.volume_id, error = %e,
+                        "forgetting a volume of a previous run that no longer checks");
+                    self.state.remove(&target);
+                    continue;
+                }
+            };
+            if !matches!(
+                args.attributes.auth.source,
+                AuthSource::Driver | AuthSource::Anonymous
+            ) {
+                tracing::info!(volume_id = %record.volume_id, target = %target.display(),
+                    "volume of a previous run waits for the kubelet's republish \
+                     (its credentials are not kept on disk)");
+                continue;
+            }
+            match self
+                .publish(args, &request.secrets, &request.volume_context)
+                .await
+            {
+                Ok(()) => tracing::info!(volume_id = %record.volume_id,
+                    target = %target.display(), "remounted a volume of a previous run"),
+                Err(e) => tracing::warn!(volume_id = %record.volume_id,
+                    target = %target.display(), error = %e,
+                    "cannot remount a volume of a previous run; the kubelet's next call decides"),
+            }
+        }
+    }
+
+    /// Plugin shutdown (an upgrade, a node drain): commits every volume's pending writes and
+    /// unmounts it, but keeps the targets and the remembered publishes — the pods still want
+    /// their volumes, and the next plugin remounts them (`restore`, or the kubelet's
+    /// republish). A volume whose writes cannot land is unmounted anyway, its loss logged:
+    /// the process is going away and cannot keep them.
+    pub async fn shut_down(&self) {
         let targets: Vec<(String, PathBuf)> = lock(&self.published)
             .iter()
             .map(|(t, p)| (p.volume_id.clone(), t.clone()))
             .collect();
         for (volume_id, target) in targets {
-            if let Err(e) = self.unpublish(&volume_id, &target).await {
+            let volume_lock = self.volume_lock(&volume_id);
+            let _serialized = volume_lock.lock().await;
+            let Some(published) = lock(&self.published).remove(&target) else {
+                continue;
+            };
+            if let Err(e) = self.commit_pending(&published).await {
+                tracing::error!(volume_id, target = %target.display(), error = %e,
+                    "plugin stopping: written files of this volume are lost");
+            }
+            if let Err(e) = self.unmount(published, &target).await {
                 tracing::warn!(volume_id, target = %target.display(), error = %e,
-                    "cannot unpublish at shutdown");
+                    "cannot unmount at shutdown");
             }
         }
+    }
+}
+
+/// CSI's SINGLE_NODE_SINGLE_WRITER: such a volume is published at one target at a time.
+fn check_single_writer(
+    published: &HashMap<PathBuf, Published>,
+    args: &PublishArgs,
+) -> Result<(), CsiError> {
+    let elsewhere = published.iter().find(|(target, p)| {
+        p.volume_id == args.volume_id
+            && **target != args.target
+            && (p.mode == Mode::SingleNodeSingleWriter || args.mode == Mode::SingleNodeSingleWriter)
+    });
+    match elsewhere {
+        Some((target, _)) => Err(CsiError::FailedPrecondition(format!(
+            "volume {} is already published at {} and one of the two asks for \
+             SINGLE_NODE_SINGLE_WRITER",
+            args.volume_id,
+            target.display()
+        ))),
+        None => Ok(()),
     }
 }
 

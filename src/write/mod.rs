@@ -443,7 +443,23 @@ impl WriteEngine {
     /// Commits every dirty file and waits (an unmount). Returns the files that could not be
     /// committed, with why.
     pub async fn drain(&self) -> Vec<(Target, WriteError)> {
-        let files: Vec<Arc<DirtyFile>> = self.inner.files().values().cloned().collect();
+        self.drain_matching(|_| true).await
+    }
+
+    /// Commits every dirty file whose target `belongs` (one volume's) and waits. Returns the
+    /// files that could not be committed, with why; they stay dirty and are retried in the
+    /// background, as after a close.
+    pub async fn drain_matching(
+        &self,
+        belongs: impl Fn(&Target) -> bool,
+    ) -> Vec<(Target, WriteError)> {
+        let files: Vec<Arc<DirtyFile>> = self
+            .inner
+            .files()
+            .values()
+            .filter(|file| belongs(&file.target))
+            .cloned()
+            .collect();
         let mut failed = Vec::new();
         for file in files {
             if !file.is_dirty() {
@@ -452,6 +468,7 @@ impl WriteEngine {
             let result = self.inner.commit_in_slot(&file).await;
             if let Err(e) = result {
                 failed.push((file.target.clone(), e));
+                self.commit_in_background(&file);
             }
         }
         failed

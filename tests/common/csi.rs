@@ -36,6 +36,8 @@ pub struct CsiPlugin {
     child: Option<Child>,
     /// How the plugin was started, to start it again over the same directories.
     command: Vec<std::ffi::OsString>,
+    /// Extra environment of the plugin process (its own AWS chain, a kubeconfig…).
+    env: Vec<(String, String)>,
     socket: PathBuf,
     kubelet: PathBuf,
     state: PathBuf,
@@ -53,6 +55,16 @@ impl CsiPlugin {
     /// Starts the plugin with `config` (node-wide `msfs_version: 1` YAML, if any) and extra
     /// command-line arguments.
     pub fn start_with(config: Option<&str>, extra_args: &[&str]) -> CsiPlugin {
+        Self::start_with_env(config, extra_args, &[])
+    }
+
+    /// As [`CsiPlugin::start_with`], with `env` added to the plugin's environment (kept across
+    /// [`CsiPlugin::kill_and_restart`]).
+    pub fn start_with_env(
+        config: Option<&str>,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> CsiPlugin {
         let dir = tempfile::Builder::new()
             .prefix("msfs-csi-")
             .tempdir()
@@ -81,6 +93,10 @@ impl CsiPlugin {
         let mut plugin = CsiPlugin {
             child: None,
             command: command.get_args().map(|a| a.to_os_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             socket,
             kubelet,
             state,
@@ -100,6 +116,7 @@ impl CsiPlugin {
         let child = Command::new(env!("CARGO_BIN_EXE_msfs"))
             .args(&self.command)
             .env("RUST_LOG", "info,msfs=debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log fd"))
             .stderr(log_file)
@@ -116,6 +133,13 @@ impl CsiPlugin {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.spawn();
+    }
+
+    /// Stops the plugin gracefully (SIGTERM, as at an upgrade) and starts it again over the
+    /// same directories.
+    pub fn restart(&mut self) {
+        assert!(self.stop(), "the plugin did not stop within {STOP_GRACE:?}");
         self.spawn();
     }
 

@@ -8,6 +8,7 @@
 pub mod csi;
 pub mod fault_proxy;
 pub mod garage;
+pub mod kube_api;
 pub mod mount;
 
 pub use garage::{Garage, http_get};

@@ -23,6 +23,10 @@ pub const EXPECTATIONS: &[(&str, Expectation)] = &[
     ("example-pv-driver", |d, s| example_pv(d, s, "driver")),
     ("example-pv-secret", |d, s| example_pv(d, s, "secret")),
     ("example-pv-pod", |d, s| example_pv(d, s, "pod")),
+    (
+        "example-pv-pod-service-account",
+        pod_pv_without_role_leaves_it_to_the_service_account,
+    ),
     ("example-pv-anonymous", |d, s| example_pv(d, s, "anonymous")),
     ("hostpath-ram-cache", host_path_cache_sizes_memory),
     ("per-inode-file-size-limit", per_inode_cache_on_disk),
@@ -128,6 +132,16 @@ fn example_pv(docs: &[Value], scenario: &str, auth: &str) {
             "examplePV.readOnly=false makes it writable"
         );
     }
+}
+
+fn pod_pv_without_role_leaves_it_to_the_service_account(docs: &[Value], scenario: &str) {
+    example_pv(docs, scenario, "pod");
+    let pv = only(docs, "PersistentVolume", scenario);
+    assert!(
+        at(pv, "spec.csi.volumeAttributes.roleArn").is_null(),
+        "an empty examplePV.roleArn must leave the attribute out, for the plugin to read the \
+         pod's ServiceAccount annotation"
+    );
 }
 
 fn host_path_cache_sizes_memory(docs: &[Value], scenario: &str) {

@@ -63,7 +63,8 @@ pub fn check_csi_source(csi: &Value, driver: &str, origin: &str) -> Vec<String> 
     }
     let auth = authentication_source(csi);
     match auth {
-        "driver" | "anonymous" => {}
+        // `pod` without a roleArn reads the role from the pod's ServiceAccount annotation.
+        "driver" | "anonymous" | "pod" => {}
         "secret" => {
             if at(csi, "nodePublishSecretRef.name").is_null() {
                 problems.push(format!(
@@ -71,14 +72,12 @@ pub fn check_csi_source(csi: &Value, driver: &str, origin: &str) -> Vec<String> 
                 ));
             }
         }
-        "pod" => {
-            if !str_at(attributes, "roleArn").is_some_and(|r| r.starts_with("arn:")) {
-                problems.push(format!(
-                    "{origin}: authenticationSource pod needs a roleArn"
-                ));
-            }
-        }
         other => problems.push(format!("{origin}: unknown authenticationSource {other:?}")),
+    }
+    if let Some(role) = str_at(attributes, "roleArn")
+        && !role.starts_with("arn:")
+    {
+        problems.push(format!("{origin}: roleArn {role:?} is not an ARN"));
     }
     if auth == "anonymous" && keys.contains("roleArn") {
         problems.push(format!(

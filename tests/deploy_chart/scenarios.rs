@@ -98,6 +98,14 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "example-pv-pod-service-account",
+        sets: &[
+            "examplePV.enabled=true",
+            "examplePV.bucketName=training",
+            "examplePV.authenticationSource=pod",
+        ],
+    },
+    Scenario {
         name: "example-pv-anonymous",
         sets: &[
             "examplePV.enabled=true",
@@ -191,6 +199,7 @@ pub const REFUSED_VALUES: &[(&[&str], &str)] = &[
             "examplePV.enabled=true",
             "examplePV.bucketName=b",
             "examplePV.authenticationSource=pod",
+            "examplePV.roleArn=my-role",
         ],
         "roleArn",
     ),

@@ -12,6 +12,11 @@ use super::reader::{child_path, index_path};
 /// Looks up one environment variable; `None` when unset.
 pub(super) type Env<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
+/// How deep `${A:-${B:-…}}` defaults may nest. Each level is a recursive call, so without a
+/// bound a config value of a few thousand levels (~20 KB) overflowed the stack and aborted the
+/// process instead of failing with a message; real configs use two or three levels.
+const MAX_DEFAULT_NESTING: usize = 16;
+
 /// Expands every variable reference in `input`.
 ///
 /// An unset variable expands to the empty string, as in a shell. `${V:-d}` and
@@ -20,6 +25,11 @@ pub(super) type Env<'a> = dyn Fn(&str) -> Option<String> + 'a;
 /// not followed by a name, `{` or `$` is kept as is, so prices and regexes survive.
 /// The error is a message for the operator; it never quotes a variable's value.
 pub(super) fn expand(input: &str, env: &Env) -> Result<String, String> {
+    expand_nested(input, env, 0)
+}
+
+/// [`expand`] of a default that sits `depth` defaults deep.
+fn expand_nested(input: &str, env: &Env, depth: usize) -> Result<String, String> {
     let mut out = String::with_capacity(input.len());
     let mut rest = input;
     while let Some(dollar) = rest.find('$') {
@@ -32,7 +42,7 @@ pub(super) fn expand(input: &str, env: &Env) -> Result<String, String> {
             let close = closing_brace(braced).ok_or_else(|| {
                 format!("unterminated \"${{\" in {input:?}; close it with \"}}\"")
             })?;
-            out.push_str(&expand_braced(&braced[..close], env)?);
+            out.push_str(&expand_braced(&braced[..close], env, depth)?);
             rest = &braced[close + 1..];
         } else {
             let len = name_len(after);
@@ -116,7 +126,7 @@ fn closing_brace(s: &str) -> Option<usize> {
     None
 }
 
-fn expand_braced(body: &str, env: &Env) -> Result<String, String> {
+fn expand_braced(body: &str, env: &Env, depth: usize) -> Result<String, String> {
     let len = name_len(body);
     if len == 0 {
         return Err(format!(
@@ -140,7 +150,10 @@ fn expand_braced(body: &str, env: &Env) -> Result<String, String> {
         };
     match value {
         Some(v) if !(when_empty_too && v.is_empty()) => Ok(v),
-        _ => expand(default, env),
+        _ if depth >= MAX_DEFAULT_NESTING => Err(format!(
+            "\"${{NAME:-default}}\" defaults nest more than {MAX_DEFAULT_NESTING} levels deep"
+        )),
+        _ => expand_nested(default, env, depth + 1),
     }
 }
 

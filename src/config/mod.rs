@@ -22,6 +22,8 @@ mod types;
 mod v1;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;
 
 use std::path::{Path, PathBuf};

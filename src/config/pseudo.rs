@@ -137,7 +137,12 @@ fn next_spec(fmt: &str) -> Result<Option<(String, Spec, &str)>, String> {
         while bytes.get(j).is_some_and(u8::is_ascii_digit) {
             j += 1;
         }
-        let width = fmt[width_start..j].parse::<usize>().unwrap_or(0);
+        // A width too long for usize is too large, not absent: `unwrap_or(0)` let
+        // "%18447000000000000000d" through as a width of 0.
+        let width = match &fmt[width_start..j] {
+            "" => 0,
+            digits => digits.parse::<usize>().unwrap_or(usize::MAX),
+        };
         if width > 64 {
             return Err("field width is larger than 64".into());
         }

@@ -13,6 +13,8 @@ pub use attributes::{BACKEND_KEYS as BACKEND_ATTRIBUTES, VOLUME_KEYS as VOLUME_A
 mod controller;
 mod credentials;
 mod error;
+#[cfg(test)]
+mod fuzz_tests;
 mod identity;
 mod mounts;
 mod node;
@@ -91,7 +93,17 @@ fn bind_socket(path: &Path) -> Result<UnixListener, String> {
         std::fs::remove_file(path)
             .map_err(|e| format!("cannot replace stale socket {}: {e}", path.display()))?;
     }
-    UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+    let listener = UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    // Whoever can connect can publish volumes: mount buckets on the node, with the plugin's
+    // own credentials too. Only the kubelet and the node-driver-registrar (root) may.
+    // bind leaves the mode to the umask (connecting needs write permission: 0755 under the
+    // usual 022 keeps others out, a umask of 0 lets everyone in), so it is set here, whatever
+    // the umask of the container.
+    let owner_and_group_only = std::os::unix::fs::PermissionsExt::from_mode(0o660);
+    std::fs::set_permissions(path, owner_and_group_only)
+        .map_err(|e| format!("cannot restrict {} to mode 0660: {e}", path.display()))?;
+    Ok(listener)
 }
 
 /// Runs the plugin until SIGTERM or SIGINT; then commits and unmounts every volume it serves,

@@ -183,13 +183,17 @@ fn mount_overrides(flags: &[String]) -> Result<MountOverrides, CsiError> {
                 CsiError::invalid(field, format!("{flag:?}: expected {name}=NUMBER"))
             })
         };
+        // Permission bits only, as the backends' dir_perm/file_perm take them: a setuid,
+        // setgid or sticky bit (`1777`) used to pass here and be refused later, under the
+        // attribute name `dirPerm`/`filePerm` that the request never set.
         let mode = |v: Option<&str>| {
             v.filter(|v| (1..=4).contains(&v.len()) && v.chars().all(|c| ('0'..='7').contains(&c)))
+                .filter(|v| u16::from_str_radix(v, 8).is_ok_and(|m| m <= 0o777))
                 .map(str::to_string)
                 .ok_or_else(|| {
                     CsiError::invalid(
                         field,
-                        format!("{flag:?}: expected {name}=OCTAL (e.g. 0755)"),
+                        format!("{flag:?}: expected {name}=OCTAL from 000 to 777 (e.g. 0755)"),
                     )
                 })
         };

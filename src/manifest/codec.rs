@@ -48,7 +48,10 @@ fn split_time(time: SystemTime) -> (i64, u32) {
         Err(e) => {
             let before = e.duration();
             let nanos = before.subsec_nanos();
-            let secs = -(before.as_secs() as i64);
+            // The earliest time a SystemTime holds is i64::MIN seconds: 2^63 s before the
+            // epoch, which wraps to i64::MIN as an i64 and is its own (wrapping) negation. A
+            // plain `-` overflowed there (a panic in debug builds).
+            let secs = (before.as_secs() as i64).wrapping_neg();
             if nanos == 0 {
                 (secs, 0)
             } else {

@@ -67,6 +67,13 @@ impl DeltaLog {
             .map_err(io_error)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io_error)?;
+        // A crash while the magic itself was written leaves a part of it: a log that never held
+        // a record, torn like any last write, so it starts again instead of being refused.
+        if !bytes.is_empty() && bytes.len() < MAGIC.len() && MAGIC.starts_with(&bytes) {
+            file.set_len(0).map_err(io_error)?;
+            file.seek(SeekFrom::Start(0)).map_err(io_error)?;
+            bytes.clear();
+        }
         if bytes.is_empty() {
             file.write_all(MAGIC).map_err(io_error)?;
             file.sync_all().map_err(io_error)?;

@@ -13,7 +13,10 @@
 //! ordinary names read exactly as in the seed's files. In the *file names* of the TSVs, `%` is
 //! written `%25` and a leading `_` of a top-level directory `%5F` (so no directory can collide
 //! with `_root.tsv` or our `_msfs_*` entries); a name too long for the local filesystem once
-//! `.tsv` is added is replaced by `%H` and a hash of it.
+//! `.tsv` is added is replaced by `%H` and a hash of it. A directory with subdirectories is
+//! also a directory on disk: its name there never ends in `.tsv` (`x.tsv/` is `x%2Etsv/`, so it
+//! cannot be the TSV of a sibling `x`) and, at the top, is never `manifest_index.json` or one of
+//! its temporary names (the first character escaped: `%6Danifest_index.json/`).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -116,6 +119,11 @@ pub fn parse_row(line: &str) -> Result<Entry, String> {
     if name.is_empty() {
         return Err("empty basename".into());
     }
+    // A basename is one path component; with a `/` a row could name an entry (and, for a
+    // directory, a TSV file to read) outside its own directory.
+    if name.contains('/') {
+        return Err(format!("basename {name:?} contains \"/\""));
+    }
     match kind {
         // Directory rows carry no attributes worth reading; accept whatever the writer put there.
         "d" => Ok(Entry::dir(name)),
@@ -135,7 +143,8 @@ pub fn parse_row(line: &str) -> Result<Entry, String> {
     }
 }
 
-/// RFC 3339 in UTC, with fractional seconds only when there are any.
+/// RFC 3339 in UTC, with fractional seconds only when there are any, to the microsecond (the
+/// formatter's precision; S3 reports milliseconds).
 pub fn format_time(time: SystemTime) -> String {
     DateTime::from(time)
         .fmt(DateTimeFormat::DateTime)
@@ -206,8 +215,11 @@ pub fn dir_file(root: &Path, dir: &str) -> PathBuf {
             if name.len() > MAX_FILE_NAME {
                 name = format!("%H{:016x}.tsv", fnv1a(segment.as_bytes()));
             }
-        } else if name.len() > MAX_FILE_NAME {
-            name = format!("%H{:016x}", fnv1a(segment.as_bytes()));
+        } else {
+            name = directory_segment(name, segment, depth == 0);
+            if name.len() > MAX_FILE_NAME {
+                name = format!("%H{:016x}", fnv1a(segment.as_bytes()));
+            }
         }
         path.push(name);
     }
@@ -224,6 +236,22 @@ fn file_name_segment(segment: &str, top_level: bool) -> String {
         }
     }
     out
+}
+
+/// The on-disk directory of a directory that has subdirectories (`name`, the escaped `segment`)
+/// must not take a name that a file of the manifest has: a sibling's TSV (`x.tsv/`, beside the
+/// `x.tsv` of directory `x`) or, at the top, the index and its temporary copies. The character
+/// that would make it one is %-escaped, which no other name can produce (`%` itself is `%25`).
+fn directory_segment(mut name: String, segment: &str, top_level: bool) -> String {
+    if let Some(stem) = name.strip_suffix(".tsv") {
+        name = format!("{stem}%2Etsv");
+    }
+    let index_like = segment == INDEX_FILE || segment.starts_with(&format!(".{INDEX_FILE}."));
+    if top_level && index_like {
+        // `m` or `.`, which file_name_segment leaves as they are.
+        name = format!("%{:02X}{}", name.as_bytes()[0], &name[1..]);
+    }
+    name
 }
 
 /// A stable 64-bit hash (FNV-1a): file names must not change between builds or machines.

@@ -9,6 +9,8 @@
 mod codec;
 pub mod delta;
 pub mod format;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod generate;
 pub mod index;
 pub mod namespace;

@@ -416,13 +416,18 @@ impl WriteEngine {
                             // New writes raced the commit and nobody will close the file again.
                             state.is_dirty() && state.handles == 0 && !state.deleted
                         }
+                        // A commit that landed meanwhile (an fsync's) left the file clean:
+                        // nothing failed, and nothing is left to retry.
+                        Err(_) if !state.is_dirty() => false,
                         Err(e) => {
                             state.failure = Some(e.to_string());
                             !state.deleted
                         }
                     }
                 };
-                if let Err(e) = &result {
+                if let Err(e) = &result
+                    && again
+                {
                     tracing::warn!(backend = %file.target.backend, key = %file.target.key,
                         error = %e, retry_in = ?delay, "background commit failed; data kept, retrying");
                     inner.metrics.record_commit_retry(&file.target.backend);

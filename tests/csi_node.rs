@@ -564,13 +564,20 @@ async fn two_volumes_on_one_bucket_share_the_line_cache() {
     garage.create_bucket("csi-shared");
     let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     garage.put_object("csi-shared", "blob", body.clone()).await;
-    let plugin = CsiPlugin::start_with(
+    // The plugin's own chain holds the same key, but as another principal (`driver`).
+    let plugin = CsiPlugin::start_with_env(
         Some("msfs_version: 1\ncache_storage: ram\ncache_line_size: 1048576\ncache_lines: 16\n"),
         &[],
+        &[
+            ("AWS_ACCESS_KEY_ID", garage.access_key()),
+            ("AWS_SECRET_ACCESS_KEY", garage.secret_key()),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
     );
     let mut node = plugin.node().await;
     let first = plugin.target("pod-a", "pv-a");
     let second = plugin.target("pod-b", "pv-b");
+    let other_principal = plugin.target("pod-c", "pv-c");
     for (volume_id, target) in [("pv-a", &first), ("pv-b", &second)] {
         node.node_publish_volume(publish_request(
             volume_id,
@@ -592,7 +599,30 @@ async fn two_volumes_on_one_bucket_share_the_line_cache() {
     );
     let gets = garage.s3_requests("GetObject") - before;
     assert_eq!(gets, 1, "one line, fetched once for both volumes");
-    for (volume_id, target) in [("pv-a", &first), ("pv-b", &second)] {
+
+    // A volume signing as another principal never reads lines fetched with the first one's
+    // permission: it fetches (and is checked by the server) itself.
+    let mut context = garage_attributes(&garage, "csi-shared");
+    context.insert("authenticationSource".into(), "driver".into());
+    node.node_publish_volume(publish_request(
+        "pv-c",
+        &other_principal,
+        context,
+        Default::default(),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("publish pv-c: {e}\n{}", plugin.log_text()));
+    assert!(
+        common::read_direct(&other_principal.join("blob")) == body,
+        "bytes differ (other principal)"
+    );
+    let gets = garage.s3_requests("GetObject") - before;
+    assert_eq!(gets, 2, "the other principal's volume fetched its own line");
+    for (volume_id, target) in [
+        ("pv-a", &first),
+        ("pv-b", &second),
+        ("pv-c", &other_principal),
+    ] {
         node.node_unpublish_volume(unpublish_request(volume_id, target))
             .await
             .expect("unpublish");

@@ -140,7 +140,8 @@ impl LineCache {
         self.shared.counters.snapshot(resident)
     }
 
-    /// Drops every line of `key` in the store with id `store_id`, whatever its ETag. A fetch of
+    /// Drops every line of `key` in the store with cache scope `store_id` (its
+    /// `ObjectStore::cache_scope`), whatever its ETag. A fetch of
     /// one of its lines that is still running completes for the readers already waiting on it
     /// (their bytes are of the version they asked for) but never becomes a clean line.
     pub fn invalidate(&self, store_id: &str, key: &str) {
@@ -149,7 +150,7 @@ impl LineCache {
     }
 
     /// Admits locally written bytes `offset..offset + bytes.len()` of `object` (as committed to
-    /// the store with id `store_id`) as clean lines: write-to-read promotion. Only lines the
+    /// the store with cache scope `store_id`) as clean lines: write-to-read promotion. Only lines the
     /// bytes cover entirely are admitted (the last line of the object counts as covered up to
     /// the object's end); lines already present are left alone. Admission goes in order and stops
     /// at the first line no slot can be had for: it evicts clean lines but never pinned or inbound
@@ -220,7 +221,11 @@ impl LineCache {
         let ls = shared.line_size;
         let first = range.start / ls;
         let last = (range.end - 1) / ls;
-        let name = (store.id(), object.key.as_str(), object.etag.as_str());
+        let name = (
+            store.cache_scope(),
+            object.key.as_str(),
+            object.etag.as_str(),
+        );
         let mut planned = Vec::new();
         let mut fetches = Vec::new();
         let mut evicted = Vec::new();

@@ -160,8 +160,26 @@ async fn open_s3(bucket: &str, s3: &S3Config) -> Result<S3Store, StoreError> {
         aws_sdk_s3::Client::from_conf(builder.build()),
         bucket.to_string(),
         display,
+        &principal(s3),
         retry,
     ))
+}
+
+/// Who signs a store's requests, as far as the configuration tells: stores of one bucket with
+/// the same principal may share cached lines, others never (a CSI volume must not read, from
+/// the node's cache, what its own credentials would be refused). Temporary keys from STS have
+/// a new key id at each renewal, which costs a renewed volume its cached lines, not more.
+fn principal(s3: &S3Config) -> String {
+    match &s3.credentials {
+        S3Credentials::Static { access_key_id, .. } => format!("key:{access_key_id}"),
+        S3Credentials::Files {
+            config_file,
+            credentials_file,
+            profile,
+        } => format!("profile:{profile}:{config_file:?}:{credentials_file:?}"),
+        S3Credentials::Anonymous => "anonymous".into(),
+        S3Credentials::DefaultChain => "default-chain".into(),
+    }
 }
 
 /// The region of the `use_config_env` profile, if it names one.

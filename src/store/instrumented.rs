@@ -81,6 +81,10 @@ impl ObjectStore for InstrumentedStore {
         self.inner.id()
     }
 
+    fn cache_scope(&self) -> &str {
+        self.inner.cache_scope()
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
         self.timed("head", key, self.inner.head(key)).await
     }

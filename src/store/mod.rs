@@ -138,6 +138,14 @@ pub trait ObjectStore: Send + Sync + Debug {
     /// same (key, ETag).
     fn id(&self) -> &str;
 
+    /// The key of this store's bytes in the process-wide line cache: its id, narrowed by who
+    /// signs its requests when different principals may reach one bucket (CSI volumes with
+    /// different credentials). A line fetched with one principal's permission must never answer
+    /// another principal's read that the store itself might refuse.
+    fn cache_scope(&self) -> &str {
+        self.id()
+    }
+
     /// Metadata of one object, or `None` when it does not exist.
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>>;
 

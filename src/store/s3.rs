@@ -29,17 +29,33 @@ pub struct S3Store {
     /// For error messages and the store id; never contains credentials.
     endpoint: String,
     id: String,
+    /// `id` narrowed by the signing principal; see `ObjectStore::cache_scope`.
+    cache_scope: String,
     retry: RetryPolicy,
 }
 
 impl S3Store {
-    pub fn new(client: Client, bucket: String, endpoint: String, retry: RetryPolicy) -> S3Store {
+    /// `principal` names who signs the requests (an access key id, a profile, `anonymous`…):
+    /// stores of one bucket share cached lines only when it is the same. It is hashed, never
+    /// shown.
+    pub fn new(
+        client: Client,
+        bucket: String,
+        endpoint: String,
+        principal: &str,
+        retry: RetryPolicy,
+    ) -> S3Store {
+        use std::hash::{Hash, Hasher};
         let id = format!("s3:{endpoint}/{bucket}");
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        principal.hash(&mut hasher);
+        let cache_scope = format!("{id}#{:016x}", hasher.finish());
         S3Store {
             client,
             bucket,
             endpoint,
             id,
+            cache_scope,
             retry,
         }
     }
@@ -199,6 +215,10 @@ fn percent_encode_key(key: &str) -> String {
 impl ObjectStore for S3Store {
     fn id(&self) -> &str {
         &self.id
+    }
+
+    fn cache_scope(&self) -> &str {
+        &self.cache_scope
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {

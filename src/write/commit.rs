@@ -138,7 +138,7 @@ fn rebase(
     let target = &file.target;
     if let Some(cache) = &inner.cache {
         // Lines of the replaced version can never be read again (they are keyed by its ETag).
-        cache.invalidate(target.store.id(), &target.key);
+        cache.invalidate(target.store.cache_scope(), &target.key);
     }
     let (released, clean) = {
         let mut state = file.state();
@@ -169,7 +169,7 @@ fn rebase(
     match (clean, inner.config.promote, &inner.cache, body) {
         (true, true, Some(cache), Some(body)) => Some(Promotion {
             cache: Arc::clone(cache),
-            store_id: target.store.id().to_string(),
+            cache_scope: target.store.cache_scope().to_string(),
             committed,
             body,
         }),
@@ -180,7 +180,7 @@ fn rebase(
 /// Committed bytes to admit into the read cache (`write_cache_promotion`).
 struct Promotion {
     cache: Arc<crate::cache::LineCache>,
-    store_id: String,
+    cache_scope: String,
     committed: ObjectVersion,
     body: Bytes,
 }
@@ -192,7 +192,7 @@ impl Promotion {
         // Admission copies into the cache's storage: off the async runtime.
         let admitted = tokio::task::spawn_blocking(move || {
             self.cache
-                .admit(&self.store_id, &self.committed, 0, &self.body)
+                .admit(&self.cache_scope, &self.committed, 0, &self.body)
         })
         .await;
         if let Err(e) = admitted {

@@ -16,3 +16,10 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     cargo test --locked --no-fail-fast
 fi
+# The soak (tests/soak.rs, ignored in the runs above), bounded to a minute of load per test here;
+# the README gives the full 10-minute run.
+if cargo nextest --version >/dev/null 2>&1; then
+    MSFS_SOAK_SECS=60 cargo nextest run --locked --run-ignored ignored-only --test soak
+else
+    MSFS_SOAK_SECS=60 cargo test --locked --test soak -- --ignored
+fi

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use common::{Garage, MsfsMount, config_yaml_with, s3_backend_yaml};
 
-/// Polls `check` until it holds, for at most 20 s; reloads are asynchronous to the signal.
+/// Polls `check` until it holds, for at most 60 s (a generous bound for a loaded 2-core CI
+/// machine); reloads are asynchronous to the signal.
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !check() {
         assert!(Instant::now() < deadline, "never happened: {what}");
         std::thread::sleep(Duration::from_millis(50));

@@ -121,6 +121,31 @@ impl InodeTable {
         node
     }
 
+    /// As [`InodeTable::lookup`], for an entry of a listing asked for at `listed_at`: a node
+    /// refreshed since — or any node when `keep` — keeps what it knows, since the listing may
+    /// predate a write or a rename this mount made.
+    #[allow(clippy::too_many_arguments)]
+    pub fn lookup_listed(
+        &mut self,
+        parent: u64,
+        name: &str,
+        backend: Arc<Backend>,
+        path: String,
+        kind: ChildKind,
+        listed_at: Instant,
+        keep: bool,
+    ) -> Node {
+        if let Some(ino) = self.child(parent, name)
+            && let Some(node) = self.nodes.get_mut(&ino)
+            && node.is_dir() == matches!(kind, ChildKind::Dir)
+            && (keep || node.refreshed >= listed_at)
+        {
+            node.lookups += 1;
+            return node.clone();
+        }
+        self.lookup(parent, name, backend, path, kind)
+    }
+
     /// Drops `count` kernel references; the inode is freed when none remain.
     pub fn forget(&mut self, ino: u64, count: u64) {
         if ino == ROOT_INO {

@@ -126,7 +126,7 @@ async fn list(fs: &Fs, path: &str) -> Vec<String> {
     let dir = resolve(fs, path).await.expect("dir");
     let fh = fs.opendir(dir.ino).await.expect("opendir");
     let mut names = Vec::new();
-    fs.readdir(fh, 0, true, |_, name, _| {
+    fs.readdir(fh, 0, true, |_, name, _, _| {
         names.push(name.to_string());
         true
     })
@@ -222,7 +222,7 @@ fn read_in_batches(fs: &Fs, fh: u64, batch: usize) -> Vec<String> {
     let mut offset = 0;
     loop {
         let mut got = 0;
-        fs.readdir(fh, offset, false, |next, name, _| {
+        fs.readdir(fh, offset, false, |next, name, _, _| {
             if got == batch {
                 return false;
             }
@@ -277,7 +277,7 @@ async fn a_huge_manifest_directory_is_read_page_by_page_with_this_mounts_changes
     // A rewind (offset 0 after the end) and a resume in the middle give the same entries.
     assert_eq!(read_in_batches(&fs, dh, 333), expected);
     let mut middle = Vec::new();
-    fs.readdir(dh, 2 + 1500, false, |_, name, _| {
+    fs.readdir(dh, 2 + 1500, false, |_, name, _, _| {
         middle.push(name.to_string());
         true
     })

@@ -107,6 +107,9 @@ struct DirHandle {
     ino: u64,
     parent: u64,
     entries: DirEntries,
+    /// When the listing behind `entries` was asked for (`None`: not a store listing). Changes
+    /// this mount made since win over what the listing says.
+    listed_at: Option<Instant>,
 }
 
 /// An object unlinked while a handle was open on it.
@@ -131,7 +134,12 @@ pub struct Fs {
     inodes: Mutex<InodeTable>,
     /// Recent full listings, which answer lookups without another request.
     listings: Mutex<HashMap<u64, DirSnapshot>>,
+    /// Names known to be absent, by (directory, name), with since when: a lookup miss, or a
+    /// name this mount removed (unlink, rmdir, rename away).
     negative: Mutex<HashMap<(u64, String), Instant>>,
+    /// When this mount last changed each directory's entries: a listing asked for before that
+    /// is not cached.
+    dir_changed: Mutex<HashMap<u64, Instant>>,
     /// Objects this mount wrote recently, by (store id, key), with when it last saw them being
     /// written: metadata of theirs from a listing snapshot may predate the commit, so opens ask
     /// the store until the TTL has passed since.
@@ -161,6 +169,7 @@ impl Fs {
             inodes: Mutex::new(InodeTable::new()),
             listings: Mutex::new(HashMap::new()),
             negative: Mutex::new(HashMap::new()),
+            dir_changed: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             unlinked: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
@@ -324,8 +333,13 @@ impl Fs {
         if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
             return Ok((backend, path, pending_kind(file.meta())));
         }
-        let kind = match (self.fresh_listing(dir.ino), &settings.manifest) {
-            (Some(children), _) => children.get(name).cloned(),
+        // A listing may have caught a file this mount wrote while it was being written (an
+        // early size); until the TTL has passed since, only the store knows its version.
+        let listing = self
+            .fresh_listing(dir.ino)
+            .filter(|_| !self.recently_written(settings.store.id(), &key));
+        let kind = match (listing, &settings.manifest) {
+            (Some((children, _)), _) => children.get(name).cloned(),
             (None, Some(manifest)) => manifest_listing::lookup(manifest, &dir.path, name)
                 .await
                 .map_err(|e| Self::manifest_error(&backend, e))?,
@@ -596,6 +610,7 @@ impl Fs {
             return Err(FsError::NotADirectory);
         }
         let loaded = |entries: Vec<DirEntry>| DirEntries::Loaded(Arc::new(entries));
+        let mut listed_at = None;
         let entries = match &node.backend {
             None => loaded(
                 self.backends()
@@ -615,10 +630,11 @@ impl Fs {
                         self.mount_changes(&settings, manifest, &node.path),
                     ))),
                     None => {
-                        let children = match self.fresh_listing(ino) {
-                            Some(children) => children,
+                        let (children, at) = match self.fresh_listing(ino) {
+                            Some(snapshot) => snapshot,
                             None => self.load_listing(ino, backend, &node.path).await?,
                         };
+                        listed_at = Some(at);
                         loaded(
                             children
                                 .iter()
@@ -637,6 +653,7 @@ impl Fs {
             ino,
             parent: node.parent,
             entries,
+            listed_at,
         };
         lock(&self.dirs).insert(fh, Arc::new(handle));
         Ok(fh)
@@ -679,8 +696,9 @@ impl Fs {
         ino: u64,
         backend: &Backend,
         path: &str,
-    ) -> Result<Arc<BTreeMap<String, ChildKind>>> {
+    ) -> Result<(Arc<BTreeMap<String, ChildKind>>, Instant)> {
         let settings = backend.settings();
+        let started = Instant::now();
         // Files being written before the LIST are marked too: one committed (and let go by the
         // write engine) while the LIST ran may be listed with its old version.
         let before = self
@@ -692,14 +710,18 @@ impl Fs {
             .map_err(|e| Self::store_error(backend, e))?;
         self.overlay_writes(&settings, path, before, &mut children);
         let children = Arc::new(children);
-        lock(&self.listings).insert(
-            ino,
-            DirSnapshot {
-                children: children.clone(),
-                fetched: Instant::now(),
-            },
-        );
-        Ok(children)
+        // A change made while the LIST ran may be missing from it: good enough for the one
+        // `opendir` that asked (as for any listing racing a change), not to answer others.
+        if !self.dir_changed_since(ino, started) {
+            lock(&self.listings).insert(
+                ino,
+                DirSnapshot {
+                    children: children.clone(),
+                    fetched: started,
+                },
+            );
+        }
+        Ok((children, started))
     }
 
     /// Shows files being written (which may not exist in the store yet) and hides objects
@@ -729,12 +751,40 @@ impl Fs {
     fn invalidate_entry(&self, dir: u64, name: &str) {
         lock(&self.listings).remove(&dir);
         lock(&self.negative).remove(&(dir, name.to_string()));
+        let mut changed = lock(&self.dir_changed);
+        if changed.len() >= NEGATIVE_CACHE_LIMIT {
+            let ttl = self.options.ttl;
+            changed.retain(|_, at| at.elapsed() < ttl);
+        }
+        changed.insert(dir, Instant::now());
     }
 
-    fn fresh_listing(&self, ino: u64) -> Option<Arc<BTreeMap<String, ChildKind>>> {
+    /// As `invalidate_entry`, for a name this mount just removed: listings asked for before
+    /// now must not bring it back.
+    fn note_removed(&self, dir: u64, name: &str) {
+        self.invalidate_entry(dir, name);
+        self.remember_missing(dir, name);
+    }
+
+    fn dir_changed_since(&self, dir: u64, since: Instant) -> bool {
+        lock(&self.dir_changed)
+            .get(&dir)
+            .is_some_and(|at| *at >= since)
+    }
+
+    /// Whether this mount removed `name` from `dir` after `since`.
+    fn removed_since(&self, dir: u64, name: &str, since: Instant) -> bool {
+        lock(&self.negative)
+            .get(&(dir, name.to_string()))
+            .is_some_and(|at| *at >= since)
+    }
+
+    /// A cached listing of `ino` younger than the TTL, with when it was asked for.
+    fn fresh_listing(&self, ino: u64) -> Option<(Arc<BTreeMap<String, ChildKind>>, Instant)> {
         let listings = lock(&self.listings);
         let snapshot = listings.get(&ino)?;
-        (snapshot.fetched.elapsed() < self.options.ttl).then(|| snapshot.children.clone())
+        (snapshot.fetched.elapsed() < self.options.ttl)
+            .then(|| (snapshot.children.clone(), snapshot.fetched))
     }
 
     fn recently_missing(&self, parent: u64, name: &str) -> bool {
@@ -755,13 +805,14 @@ impl Fs {
     /// Entries of an open directory from `offset` on, each handed to `sink` with its offset (the
     /// one the kernel passes back to continue after it) until `sink` returns false because the
     /// reply buffer is full. With `plus`, each accepted child entry takes a kernel reference, as
-    /// readdirplus requires.
+    /// readdirplus requires. The last argument of `sink` says whether the kernel may cache the
+    /// entry and its attributes for the TTL (false: they may predate this mount's own write).
     pub fn readdir(
         &self,
         fh: u64,
         offset: u64,
         plus: bool,
-        mut sink: impl FnMut(u64, &str, Attr) -> bool,
+        mut sink: impl FnMut(u64, &str, Attr, bool) -> bool,
     ) -> Result<()> {
         let handle = lock(&self.dirs)
             .get(&fh)
@@ -776,7 +827,7 @@ impl Fs {
         let mut index = offset;
         while let Some((name, attr)) = dot_entries.get(index as usize) {
             index += 1;
-            if !sink(index, name, attr.clone()) {
+            if !sink(index, name, attr.clone(), true) {
                 return Ok(());
             }
         }
@@ -794,10 +845,13 @@ impl Fs {
             }
             for entry in &chunk {
                 index += 1;
-                let Some(attr) = self.entry_attr(&dir, entry, plus) else {
-                    continue; // the backend was removed from under the root; skip it
+                // None: the backend was removed from under the root, or this mount removed the
+                // name after the listing was taken; skip it.
+                let Some((attr, trusted)) = self.entry_attr(&dir, entry, plus, handle.listed_at)
+                else {
+                    continue;
                 };
-                if !sink(index, &entry.name, attr.clone()) {
+                if !sink(index, &entry.name, attr.clone(), trusted) {
                     if plus {
                         self.forget(attr.ino, 1);
                     }
@@ -807,7 +861,13 @@ impl Fs {
         }
     }
 
-    fn entry_attr(&self, dir: &Node, entry: &DirEntry, plus: bool) -> Option<Attr> {
+    fn entry_attr(
+        &self,
+        dir: &Node,
+        entry: &DirEntry,
+        plus: bool,
+        listed_at: Option<Instant>,
+    ) -> Option<(Attr, bool)> {
         let backend = match &dir.backend {
             Some(b) => b.clone(),
             None => self
@@ -815,16 +875,59 @@ impl Fs {
                 .into_iter()
                 .find(|b| b.dir_name == entry.name)?,
         };
-        let mut inodes = lock(&self.inodes);
+        if listed_at.is_some_and(|at| self.removed_since(dir.ino, &entry.name, at)) {
+            return None;
+        }
         if plus {
             let path = match &dir.backend {
                 Some(_) => listing::child_path(&dir.path, &entry.name),
                 None => String::new(),
             };
-            let node = inodes.lookup(dir.ino, &entry.name, backend, path, entry.kind.clone());
-            drop(inodes);
-            return Some(self.attr_of(&node));
+            let settings = backend.settings();
+            let key = settings.key_of(&path);
+            let being_written = match &dir.backend {
+                Some(_) => self.engines.writes.find(settings.store.id(), &key),
+                None => None,
+            };
+            // A file this mount wrote within the TTL whose commit has landed: neither the
+            // listing nor what its node last saw (the size when writing began) is sure to be
+            // its version, so the kernel must ask again (lookup, getattr: the store answers)
+            // instead of caching this entry.
+            let mut trusted = true;
+            let node = match being_written {
+                // Its size is the write engine's, newer than any listing's.
+                Some(file) => lock(&self.inodes).lookup(
+                    dir.ino,
+                    &entry.name,
+                    backend,
+                    path,
+                    pending_kind(file.meta()),
+                ),
+                None => {
+                    let written = self.recently_written(settings.store.id(), &key);
+                    trusted = !written;
+                    let mut inodes = lock(&self.inodes);
+                    match listed_at {
+                        // What the mount learnt since the listing was asked for (a new size,
+                        // a rename) must not be replaced by the listing's.
+                        Some(at) => inodes.lookup_listed(
+                            dir.ino,
+                            &entry.name,
+                            backend,
+                            path,
+                            entry.kind.clone(),
+                            at,
+                            written,
+                        ),
+                        None => {
+                            inodes.lookup(dir.ino, &entry.name, backend, path, entry.kind.clone())
+                        }
+                    }
+                }
+            };
+            return Some((self.attr_of(&node), trusted));
         }
+        let mut inodes = lock(&self.inodes);
         let ino = inodes.peek_or_reserve(dir.ino, &entry.name);
         drop(inodes);
         let settings = backend.settings();
@@ -832,15 +935,18 @@ impl Fs {
             ChildKind::Dir => (Kind::Dir, 0, self.mounted_at, settings.dir_perm),
             ChildKind::File(meta) => (Kind::File, meta.size, meta.mtime, settings.file_perm),
         };
-        Some(Attr {
-            ino,
-            kind,
-            size,
-            mtime,
-            perm,
-            uid: settings.uid,
-            gid: settings.gid,
-        })
+        Some((
+            Attr {
+                ino,
+                kind,
+                size,
+                mtime,
+                perm,
+                uid: settings.uid,
+                gid: settings.gid,
+            },
+            true,
+        ))
     }
 
     pub fn releasedir(&self, fh: u64) {

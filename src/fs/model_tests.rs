@@ -170,7 +170,7 @@ async fn list(fs: &Fs, dir: &str) -> std::result::Result<Vec<String>, i32> {
     let ino = ino_of(fs, dir).await?;
     let fh = fs.opendir(ino).await.map_err(|e| e.errno())?;
     let mut names = Vec::new();
-    fs.readdir(fh, 0, false, |_, name, _| {
+    fs.readdir(fh, 0, false, |_, name, _, _| {
         names.push(name.to_string());
         true
     })

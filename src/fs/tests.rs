@@ -69,7 +69,7 @@ async fn resolve(fs: &Fs, path: &str) -> Result<Attr> {
 
 fn names(fs: &Fs, fh: u64, plus: bool) -> Vec<String> {
     let mut out = Vec::new();
-    fs.readdir(fh, 0, plus, |_, name, _| {
+    fs.readdir(fh, 0, plus, |_, name, _, _| {
         out.push(name.to_string());
         true
     })
@@ -174,7 +174,7 @@ async fn readdir_resumes_from_the_offset_the_kernel_passes_back() {
     let root = resolve(&f.fs, "data").await.expect("data");
     let fh = f.fs.opendir(root.ino).await.expect("opendir");
     let mut first = Vec::new();
-    f.fs.readdir(fh, 0, true, |off, name, _| {
+    f.fs.readdir(fh, 0, true, |off, name, _, _| {
         first.push((off, name.to_string()));
         first.len() < 3
     })
@@ -182,7 +182,7 @@ async fn readdir_resumes_from_the_offset_the_kernel_passes_back() {
     // The third entry did not fit: resume after the second.
     let resume = first[1].0;
     let mut rest = Vec::new();
-    f.fs.readdir(fh, resume, true, |_, name, _| {
+    f.fs.readdir(fh, resume, true, |_, name, _, _| {
         rest.push(name.to_string());
         true
     })
@@ -196,7 +196,7 @@ async fn readdirplus_references_are_released_by_forget() {
     let root = resolve(&f.fs, "data").await.expect("data");
     let fh = f.fs.opendir(root.ino).await.expect("opendir");
     let mut inos = Vec::new();
-    f.fs.readdir(fh, 2, true, |_, _, attr| {
+    f.fs.readdir(fh, 2, true, |_, _, attr, _| {
         inos.push(attr.ino);
         true
     })

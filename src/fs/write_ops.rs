@@ -243,7 +243,7 @@ impl Fs {
             }
         }
         lock(&self.inodes).remove_name(parent, name);
-        self.invalidate_entry(parent, name);
+        self.note_removed(parent, name);
         Ok(())
     }
 
@@ -303,7 +303,7 @@ impl Fs {
             lock(&self.listings).remove(&ino);
         }
         lock(&self.inodes).remove_name(parent, name);
-        self.invalidate_entry(parent, name);
+        self.note_removed(parent, name);
         Ok(())
     }
 
@@ -436,17 +436,22 @@ impl Fs {
         }
         {
             let mut inodes = lock(&self.inodes);
-            inodes.rename(parent, name, new_parent, new_name, new_path);
-            // A copied object may have a new ETag: make the next open ask the store.
+            inodes.rename(parent, name, new_parent, new_name, new_path.clone());
+            // A copied object may have a new ETag: make the next open ask the store. What the
+            // node holds is newer than any listing asked for before now.
             if let Some(node) = inodes
                 .child(new_parent, new_name)
                 .and_then(|ino| inodes.get_mut(ino))
-                && let ChildKind::File(meta) = &mut node.kind
             {
-                meta.etag.clear();
+                node.refreshed = std::time::Instant::now();
+                if let ChildKind::File(meta) = &mut node.kind {
+                    meta.etag.clear();
+                }
             }
         }
-        self.invalidate_entry(parent, name);
+        // Listings asked for before now show the name's old object, if it had one.
+        self.note_written(settings.store.id(), &settings.key_of(&new_path));
+        self.note_removed(parent, name);
         self.invalidate_entry(new_parent, new_name);
         Ok(())
     }

@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -213,7 +213,7 @@ impl Filesystem for FuseAdapter {
         mut reply: ReplyDirectory,
     ) {
         let started = Instant::now();
-        let result = self.fs.readdir(fh.0, offset, false, |next, name, attr| {
+        let result = self.fs.readdir(fh.0, offset, false, |next, name, attr, _| {
             !reply.add(INodeNo(attr.ino), next, file_type(&attr), name)
         });
         self.fs.metrics().fuse_request("readdir", started.elapsed());
@@ -233,16 +233,18 @@ impl Filesystem for FuseAdapter {
     ) {
         let started = Instant::now();
         let ttl = self.fs.ttl();
-        let result = self.fs.readdir(fh.0, offset, true, |next, name, attr| {
-            !reply.add(
-                INodeNo(attr.ino),
-                next,
-                name,
-                &ttl,
-                &file_attr(&attr),
-                Generation(0),
-            )
-        });
+        let result = self
+            .fs
+            .readdir(fh.0, offset, true, |next, name, attr, trusted| {
+                !reply.add(
+                    INodeNo(attr.ino),
+                    next,
+                    name,
+                    if trusted { &ttl } else { &Duration::ZERO },
+                    &file_attr(&attr),
+                    Generation(0),
+                )
+            });
         self.fs
             .metrics()
             .fuse_request("readdirplus", started.elapsed());

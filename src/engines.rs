@@ -4,6 +4,7 @@
 //! `Fs`, so that engines with node-wide limits (the line cache, commit workers, the manifest store)
 //! are shared rather than multiplied per volume.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::cache::{CacheError, DirectReader, LineCache, ObjectReader};
@@ -37,8 +38,12 @@ pub enum EnginesError {
 }
 
 impl Engines {
-    /// The engines of a process, sized by its configuration.
-    pub fn from_config(config: &Config) -> Result<Engines, EnginesError> {
+    /// The engines of a process, sized by its configuration, with the upload journal under
+    /// `journal_parent` (beside the spill files, under `cache_dir_path`, when `None`).
+    pub fn from_config(
+        config: &Config,
+        journal_parent: Option<&Path>,
+    ) -> Result<Engines, EnginesError> {
         let cache = LineCache::new(&config.cache)?;
         let metrics = match &config.telemetry {
             // OTLP export; the registry's resource (the configured attributes) is fixed here.
@@ -48,7 +53,10 @@ impl Engines {
         metrics.observe_cache(cache.clone());
         let reader: Arc<dyn ObjectReader> = cache.clone();
         let writes = WriteEngine::new(
-            write_config(config),
+            WriteConfig {
+                journal_parent: journal_parent.map(Path::to_path_buf),
+                ..write_config(config)
+            },
             reader.clone(),
             Some(cache.clone()),
             metrics.clone(),
@@ -78,7 +86,8 @@ impl Engines {
     }
 }
 
-/// The write engine's settings: spill files live beside the cache's, under `cache_dir_path`.
+/// The write engine's settings: spill files (and the upload journal) live beside the cache's,
+/// under `cache_dir_path`.
 pub fn write_config(config: &Config) -> WriteConfig {
     WriteConfig {
         multipart_threshold: config.multipart_upload_threshold_bytes,
@@ -86,5 +95,6 @@ pub fn write_config(config: &Config) -> WriteConfig {
         dirty_limit: config.write_dirty_limit_bytes,
         promote: config.cache.write_cache_promotion,
         spill_parent: config.cache.dir_path.clone(),
+        journal_parent: None,
     }
 }

@@ -57,8 +57,10 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Serve as the Kubernetes CSI node plugin: publish msfs volumes into pods, each as its own
-    /// FUSE session in this process, all sharing one cache and write engine. Stops on SIGTERM
-    /// or SIGINT, unpublishing what it serves.
+    /// FUSE session in this process, all sharing one cache and write engine. On SIGTERM or
+    /// SIGINT it commits each volume's pending writes and unmounts it, but remembers what it
+    /// published, so that the next plugin process (an upgrade) brings the volumes back: at once,
+    /// or at the kubelet's next publish for volumes whose credentials come with it.
     Csi(CsiArgs),
     /// Abort multipart uploads left behind by a killed msfs (invisible in the bucket, but stored
     /// and billed until aborted). Uploads of live writers look the same: keep --older-than-hours
@@ -278,7 +280,8 @@ struct CsiArgs {
     /// The CSI driver name; the CSIDriver object and the registrar's path must use the same.
     #[arg(long, env = "CSI_DRIVER_NAME", default_value = msfs::csi::DEFAULT_DRIVER_NAME)]
     driver_name: String,
-    /// The plugin's own state (staging mounts); a hostPath so it outlives the container.
+    /// The plugin's own state (staging mounts, remembered publishes, upload journal); a
+    /// hostPath so it outlives the container.
     #[arg(long, default_value = "/var/lib/msfs-csi")]
     state_dir: PathBuf,
     /// Serve Prometheus /metrics and /healthz on HOST:PORT.

@@ -1,12 +1,21 @@
 //! `PrivateDir`: a directory of this process's own (the line cache's files, the write engine's
-//! spill files) under a configured parent, removed with everything in it on drop.
+//! spill files, its upload journal) under a configured parent, removed on drop.
 //!
 //! A process killed with SIGKILL (an OOM kill, a node agent's restart) never drops its
 //! directory, and a cache directory holds up to the whole cache size. So each process keeps its
 //! directory `flock`ed, and creating a directory of the same kind first removes those that
-//! nobody locks and whose PID is gone. The kernel releases a lock when its process dies; the
-//! lock protects a live process of another PID namespace (a container sharing the parent), the
-//! PID a directory being created right now, before its lock.
+//! nobody locks and whose process is gone. The kernel releases a lock when its process dies;
+//! the lock protects a live process of another PID namespace (a container sharing the parent).
+//! A directory is created under a hidden name and gets its real name only once locked, so no
+//! live directory is ever seen unlocked.
+//!
+//! A directory whose PID is this process's own and that this process does not lock was left by
+//! an earlier process that had the same PID: in a container the plugin is PID 1 at every
+//! restart, and the directories of the one killed before would otherwise never be reclaimed.
+//!
+//! Some directories hold what the next process must act on (the upload journal): those are
+//! created with [`PrivateDir::create_kept`], and the dead processes' ones are handed over with
+//! [`abandoned`] instead of being removed unread.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -19,6 +28,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct PrivateDir {
     path: PathBuf,
+    /// What goes on drop: everything, or the directory only when it is empty.
+    remove_contents: bool,
     /// The directory itself, held `flock`ed for its life; see the module docs.
     _lock: File,
 }
@@ -29,24 +40,62 @@ impl PrivateDir {
     /// collides with another process's directory: on the off chance it exists, another random
     /// name is tried. Fails with the path it could not create.
     pub fn create(parent: &Path, kind: &str) -> Result<PrivateDir, (PathBuf, io::Error)> {
-        reclaim_abandoned(parent, kind);
+        for dir in abandoned(parent, kind) {
+            dir.remove();
+        }
+        Self::make(parent, kind, true)
+    }
+
+    /// Like [`PrivateDir::create`], for a directory whose contents outlive a process that did
+    /// not finish with them: the dead processes' directories are left for the caller to read
+    /// ([`abandoned`]), and this one is removed on drop only when empty, so that whatever it
+    /// still holds at exit is found by the next process as after a kill.
+    pub fn create_kept(parent: &Path, kind: &str) -> Result<PrivateDir, (PathBuf, io::Error)> {
+        Self::make(parent, kind, false)
+    }
+
+    fn make(
+        parent: &Path,
+        kind: &str,
+        remove_contents: bool,
+    ) -> Result<PrivateDir, (PathBuf, io::Error)> {
         let mut last = None;
         for attempt in 0..8u64 {
             let random = RandomState::new().hash_one((std::process::id(), attempt));
-            let path = parent.join(format!("{kind}-{}-{random:016x}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {
-                    return match lock(&path) {
-                        Ok(Some(lock)) => Ok(PrivateDir { path, _lock: lock }),
-                        Ok(None) => Err((path, io::Error::other("lock taken by another process"))),
-                        Err(source) => {
-                            let _ = std::fs::remove_dir_all(&path);
-                            Err((path, source))
-                        }
-                    };
+            let name = format!("{kind}-{}-{random:016x}", std::process::id());
+            // Hidden (no `kind` prefix) until locked; see the module docs.
+            let hidden = parent.join(format!(".{name}"));
+            let path = parent.join(name);
+            match std::fs::DirBuilder::new().mode(0o700).create(&hidden) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    last = Some((hidden, e));
+                    continue;
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some((path, e)),
-                Err(source) => return Err((path, source)),
+                Err(source) => return Err((hidden, source)),
+            }
+            let locked = match lock(&hidden) {
+                Ok(Some(lock)) if !path.exists() => std::fs::rename(&hidden, &path).map(|()| lock),
+                Ok(Some(_)) => Err(io::Error::from(io::ErrorKind::AlreadyExists)),
+                Ok(None) => Err(io::Error::other("lock taken by another process")),
+                Err(source) => Err(source),
+            };
+            match locked {
+                Ok(lock) => {
+                    return Ok(PrivateDir {
+                        path,
+                        remove_contents,
+                        _lock: lock,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    let _ = std::fs::remove_dir(&hidden);
+                    last = Some((path, e));
+                }
+                Err(source) => {
+                    let _ = std::fs::remove_dir(&hidden);
+                    return Err((path, source));
+                }
             }
         }
         Err(last.unwrap_or_else(|| {
@@ -64,9 +113,18 @@ impl PrivateDir {
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        match std::fs::remove_dir_all(&self.path) {
+        let removed = if self.remove_contents {
+            std::fs::remove_dir_all(&self.path)
+        } else {
+            std::fs::remove_dir(&self.path)
+        };
+        match removed {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if !self.remove_contents && e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                tracing::info!(path = %self.path.display(),
+                    "leaving a directory with work left for the next msfs process");
+            }
             Err(e) => tracing::warn!(
                 path = %self.path.display(),
                 error = %e,
@@ -76,8 +134,58 @@ impl Drop for PrivateDir {
     }
 }
 
+/// A directory a dead process left, locked by this process while it is held, so that two
+/// processes never work on one at once.
+#[derive(Debug)]
+pub struct Abandoned {
+    path: PathBuf,
+    _lock: File,
+}
+
+impl Abandoned {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the directory with everything in it.
+    pub fn remove(self) {
+        match std::fs::remove_dir_all(&self.path) {
+            Ok(()) => tracing::info!(path = %self.path.display(),
+                "removed a directory left by a killed msfs process"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(path = %self.path.display(), error = %e,
+                "cannot remove a directory left by a killed msfs process"),
+        }
+    }
+}
+
+/// The `kind` directories under `parent` whose process is gone: nobody locks them, and their
+/// PID does not exist or is this process's own (see the module docs).
+pub fn abandoned(parent: &Path, kind: &str) -> Vec<Abandoned> {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = owner_pid(&entry.file_name(), kind) else {
+            continue;
+        };
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(Some(lock)) = lock(&path) else {
+            continue; // alive (or unreadable)
+        };
+        if pid == std::process::id() || !process_exists(pid) {
+            found.push(Abandoned { path, _lock: lock });
+        }
+    }
+    found
+}
+
 /// `flock`s directory `dir` exclusively without waiting: `Some(handle)` holding the lock,
-/// `None` when another process holds it.
+/// `None` when another process (or another handle of this one) holds it.
 fn lock(dir: &Path) -> io::Result<Option<File>> {
     let file = File::open(dir)?;
     // SAFETY: flock on a descriptor this function owns; no memory is involved.
@@ -102,41 +210,15 @@ fn owner_pid(name: &OsStr, kind: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Whether the directory's process is gone: nobody locks it and its PID does not exist.
-fn abandoned(dir: &Path, pid: u32) -> bool {
-    if !matches!(lock(dir), Ok(Some(_))) {
-        return false;
-    }
+/// Whether a process with this PID exists (in this PID namespace); an unrepresentable PID is
+/// taken as existing, so that its directory is left alone.
+fn process_exists(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
+        return true;
     };
     // SAFETY: signal 0 only checks that the process exists.
-    let exists = unsafe { libc::kill(pid, 0) } == 0
-        || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
-    !exists
-}
-
-/// Removes the `kind` directories under `parent` that killed processes left behind.
-fn reclaim_abandoned(parent: &Path, kind: &str) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = owner_pid(&entry.file_name(), kind) else {
-            continue;
-        };
-        let path = entry.path();
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if !is_dir || !abandoned(&path, pid) {
-            continue;
-        }
-        match std::fs::remove_dir_all(&path) {
-            Ok(()) => tracing::info!(path = %path.display(),
-                "removed a directory left by a killed msfs process"),
-            Err(e) => tracing::warn!(path = %path.display(), error = %e,
-                "cannot remove a directory left by a killed msfs process"),
-        }
-    }
+    let signalled = unsafe { libc::kill(pid, 0) } == 0;
+    signalled || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 #[cfg(test)]
@@ -170,6 +252,55 @@ mod tests {
         drop(live);
         drop(second);
         assert!(!first_path.exists() && !second_path.exists());
+    }
+
+    #[test]
+    fn a_kept_directory_outlives_its_process_only_when_it_holds_something() {
+        let parent = tempfile::tempdir().expect("temp dir");
+        let empty = PrivateDir::create_kept(parent.path(), "msfs-test").expect("create");
+        let empty_path = empty.path().to_path_buf();
+        drop(empty);
+        assert!(!empty_path.exists(), "an empty kept directory stays");
+
+        let kept = PrivateDir::create_kept(parent.path(), "msfs-test").expect("create");
+        let live = PrivateDir::create_kept(parent.path(), "msfs-test").expect("create");
+        std::fs::write(kept.path().join("entry"), b"for the next process").expect("write");
+        let kept_path = kept.path().to_path_buf();
+        assert!(
+            abandoned(parent.path(), "msfs-test").is_empty(),
+            "live directories are never handed over"
+        );
+        drop(kept);
+        assert!(
+            kept_path.join("entry").exists(),
+            "its contents were removed"
+        );
+        // Its PID is this process's own, and nobody locks it: an earlier process's.
+        let found = abandoned(parent.path(), "msfs-test");
+        assert_eq!(
+            found.iter().map(Abandoned::path).collect::<Vec<_>>(),
+            [kept_path.as_path()]
+        );
+        assert!(
+            abandoned(parent.path(), "msfs-test").is_empty(),
+            "a directory being worked on is locked"
+        );
+        found.into_iter().for_each(Abandoned::remove);
+        assert!(!kept_path.exists());
+        assert!(live.path().exists());
+    }
+
+    #[test]
+    fn a_directory_is_named_only_once_locked() {
+        let parent = tempfile::tempdir().expect("temp dir");
+        let dir = PrivateDir::create(parent.path(), "msfs-test").expect("create");
+        let names: Vec<_> = std::fs::read_dir(parent.path())
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, [dir.path().file_name().expect("name")]);
+        assert!(matches!(lock(dir.path()), Ok(None)), "created unlocked");
     }
 
     #[test]

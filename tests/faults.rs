@@ -1,7 +1,8 @@
 //! Reliability under store faults and crashes: a fault-injecting proxy between msfs and garage
 //! fails, resets, truncates and delays a tenth of all requests while gigabytes go through the
-//! mount; a daemon killed mid-write leaves no partial object, and `msfs abort-uploads` cleans
-//! the uploads it left. Set `MSFS_TEST_FAULT_SEED` to replay a run's fault schedule.
+//! mount; a daemon killed mid-write leaves no partial object, the next daemon aborts the upload
+//! it left (and nobody else's), and `msfs abort-uploads` still cleans uploads by age. Set
+//! `MSFS_TEST_FAULT_SEED` to replay a run's fault schedule.
 
 mod common;
 
@@ -87,7 +88,7 @@ async fn reads_and_writes_are_correct_under_ten_percent_injected_faults() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_daemon_killed_mid_write_leaves_no_partial_object_and_its_uploads_can_be_aborted() {
+async fn a_daemon_killed_mid_write_leaves_no_partial_object_and_the_next_one_aborts_its_upload() {
     let garage = Garage::start();
     garage.create_bucket("crash");
     garage
@@ -97,25 +98,19 @@ async fn a_daemon_killed_mid_write_leaves_no_partial_object_and_its_uploads_can_
         "{}    readonly: false\n",
         common::s3_backend_yaml("data", "crash", "", &garage)
     );
-    let config = config_yaml_with("multipart_upload_threshold_bytes: 8388608\n", &[backend]);
+    // The upload journal lives beside the cache: a directory of this test's own.
+    let cache_dir = tempfile::tempdir().expect("cache dir");
+    let config = config_yaml_with(
+        &format!(
+            "multipart_upload_threshold_bytes: 8388608\ncache_dir_path: {}\n",
+            cache_dir.path().display()
+        ),
+        &[backend],
+    );
     let mut m = MsfsMount::start(&config, "yaml").expect("mount");
     let path = m.path().join("data/big");
     let parts_before = garage.s3_requests("UploadPart");
-    let writer = std::thread::spawn(move || {
-        // Keeps writing until the mount dies under it.
-        let Ok(mut file) = std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(&path)
-        else {
-            return;
-        };
-        for i in 0..256 {
-            if file.write_all(&pattern(MIB, i)).is_err() {
-                return;
-            }
-        }
-    });
+    let writer = common::spawn_endless_writer(path);
     wait_until("parts were streamed", LANDING, async || {
         garage.s3_requests("UploadPart") >= parts_before + 2
     })
@@ -129,23 +124,51 @@ async fn a_daemon_killed_mid_write_leaves_no_partial_object_and_its_uploads_can_
         b"the committed version",
         "the object is the last committed version, not a partial one"
     );
-    let client = garage.client();
-    let pending = client
-        .list_multipart_uploads()
-        .bucket("crash")
-        .send()
-        .await
-        .expect("list uploads");
+    let killed = garage.pending_uploads("crash").await;
     assert!(
-        !pending.uploads().is_empty(),
-        "the killed write left an upload"
+        killed.iter().any(|(key, _)| key == "big"),
+        "the killed write left an upload: {killed:?}"
+    );
+    let journals = common::journal_dirs(cache_dir.path());
+    assert_eq!(
+        journals.len(),
+        1,
+        "the killed daemon's journal: {journals:?}"
+    );
+    // A live writer elsewhere (another node, another tool) has an upload open in the bucket.
+    let live = garage.create_upload("crash", "live").await;
+
+    // The next daemon over the same configuration aborts the killed one's upload, and only it.
+    let next = MsfsMount::start(&config, "yaml").expect("mount again");
+    wait_until(
+        "the killed daemon's upload is aborted",
+        LANDING,
+        async || garage.pending_uploads("crash").await == [("live".to_string(), live.clone())],
+    )
+    .await;
+    wait_until("its journal is removed", LANDING, async || {
+        !common::journal_dirs(cache_dir.path()).contains(&journals[0])
+    })
+    .await;
+    assert_eq!(
+        garage.get_object("crash", "big").await,
+        b"the committed version"
+    );
+    assert!(
+        next.stdout_text()
+            .contains("aborted a multipart upload a killed msfs process left"),
+        "{}",
+        next.stdout_text()
     );
 
+    // `msfs abort-uploads` still lists and aborts uploads nobody journalled (its age filter
+    // is what keeps live writers safe there).
+    garage.create_upload("crash", "stale").await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_msfs"))
         .arg("abort-uploads")
         .arg("--older-than-hours")
         .arg("0")
-        .arg(m.config_path())
+        .arg(next.config_path())
         .output()
         .expect("run abort-uploads");
     assert!(
@@ -153,14 +176,10 @@ async fn a_daemon_killed_mid_write_leaves_no_partial_object_and_its_uploads_can_
         "abort-uploads failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pending = client
-        .list_multipart_uploads()
-        .bucket("crash")
-        .send()
-        .await
-        .expect("list uploads");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("aborted stale"), "{stdout}");
     assert!(
-        pending.uploads().is_empty(),
+        garage.pending_uploads("crash").await.is_empty(),
         "uploads left after abort-uploads"
     );
     assert_eq!(

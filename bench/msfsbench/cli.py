@@ -46,7 +46,7 @@ def parse(argv: list[str]) -> Options:
         description="Measure msfs beside s3fs, rclone and the raw S3 client (the physical limit) "
         "against a local S3 server. Run as root on a Debian machine; see bench/README.md.",
     )
-    p.add_argument("--quick", action="store_true", help="smaller and shorter (about 15 minutes on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="smaller and shorter (under 10 minutes on 2 cores)")
     p.add_argument("--self-check", action="store_true",
                    help="seconds-long smoke run (tiny data, one workload per family, msfs + raw), "
                    "into a temp dir; exits non-zero if any output is missing")

@@ -70,29 +70,30 @@ FULL = Scale(
 
 QUICK = Scale(
     name="quick",
-    large_size=1 * GiB,
+    large_size=512 * MiB,
     small_count=1024,
     small_size=1 * MiB,
     many_count=1000,
     many_size=64 * KiB,
     tree_fanout=9,
     threads=(1, 4),
-    fio_seconds=3.0,
+    fio_seconds=2.0,
     runs=1,
     cache_bytes=4 * GiB,
-    write_count=256,
+    write_count=128,
     write_size=1 * MiB,
     write_threads=(1, 4),
-    write_large_size=256 * MiB,
+    write_large_size=128 * MiB,
     meta_count=100,
     write_cap_seconds=300.0,
     manifest_tree=(100, 10, 1000),
     manifest_flat=200_000,
     manifest_stats=1000,
     manifest_cap_seconds=1800.0,
-    note="quick: threads 1 and 4 only (not 1/2/4/8; writes not 1/4/8), 3 s fio and random-write cells "
-    "(not 10 s), 1 run (not 3); writes 256 x 1 MiB files (not 1,024) and a 256 MiB sequential file "
-    "(not 1 GiB); manifests of 1M objects in a tree (not 10M) and 200K in one directory (not 1M)",
+    note="quick: a 512 MiB large object (not 1 GiB); threads 1 and 4 only (not 1/2/4/8; writes not "
+    "1/4/8), 2 s fio and random-write cells (not 10 s), 1 run (not 3); writes 128 x 1 MiB files (not "
+    "1,024) and a 128 MiB sequential file (not 1 GiB); manifests of 1M objects in a tree (not 10M) "
+    "and 200K in one directory (not 1M)",
 )
 
 # Seconds-long smoke run for CI: proves every stage produces output; its numbers mean nothing.

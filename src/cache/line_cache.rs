@@ -3,7 +3,8 @@
 //!
 //! A read looks its lines up under one short lock. Clean lines are pinned and copied out; lines
 //! being fetched are pinned and waited for (single-flight: one fetch per line, however many
-//! readers want it); absent lines get a slot (a free one, or the least recently used clean line,
+//! readers want it) — only until the fetch has stored the part the reader needs, when the
+//! storage lets readers in while the rest of the line streams in; absent lines get a slot (a free one, or the least recently used clean line,
 //! evicted) and a fetch task of their own, spawned so that it completes and fills the slot even if
 //! the reader that started it goes away. A sequential reader also starts read-ahead fetches of
 //! the following lines without waiting for them. When every slot is pinned or being fetched the
@@ -18,12 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::future::try_join_all;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 
 use super::error::{CacheError, duplicate, storage_error};
+use super::fetch::{Fill, RunLine, exact_length, spawn_fetch};
 use super::stats::{CacheStats, Counters, bump};
 use super::storage::{self, LineStorage};
-use super::table::{Flight, Outcome, Pinned, Placement, SlotId, Table};
+use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table};
 use super::{ObjectReader, ObjectVersion};
 use crate::config::CacheConfig;
 use crate::private_dir::PrivateDir;
@@ -35,6 +37,12 @@ use crate::store::{ObjectStore, StoreError};
 /// budget spent is skipped; the stream's next read asks again.
 const PREFETCH_STREAMS: u64 = 8;
 
+/// Read-ahead fetches consecutive lines with one ranged GET of up to this many bytes (and at
+/// most a quarter of the window, at least one line). With small lines a GET per line costs the
+/// cache and the server more CPU than the bytes do; with runs as big as the window, too few
+/// GETs stream at once (measured on a cold 1 GiB read: see `run_lines`).
+const READ_AHEAD_RUN_BYTES: u64 = 8 << 20;
+
 /// The node-wide line cache. Build one per process with [`LineCache::new`] and share the `Arc`.
 pub struct LineCache {
     shared: Arc<Shared>,
@@ -44,25 +52,30 @@ pub struct LineCache {
 }
 
 /// What the cache's background fetches share with it.
-struct Shared {
+pub(super) struct Shared {
     line_size: u64,
     lines: usize,
     lines_to_prefetch: u64,
+    /// Lines per read-ahead GET, and how many lines of a stream's window must be missing before
+    /// its read-ahead goes out. A window of at least four runs keeps three or four GETs streaming
+    /// while the reader consumes it. Measured with 1 MiB lines and a 32-line window, against
+    /// a GET per line: 0.7 of the CPU per byte, and cold reads 0.62 → 0.78 of the server's speed.
+    run_lines: u64,
     table: Mutex<Table>,
-    counters: Counters,
+    pub(super) counters: Counters,
     prefetch_budget: Arc<Semaphore>,
-    storage: Arc<dyn LineStorage>,
+    pub(super) storage: Arc<dyn LineStorage>,
 }
 
 impl Shared {
-    fn table(&self) -> MutexGuard<'_, Table> {
+    pub(super) fn table(&self) -> MutexGuard<'_, Table> {
         // The table is consistent between calls (no method panics half-way on valid input), so a
         // panic elsewhere while it was held does not make it unusable.
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Drops the bytes of lines that left the table; outside the table lock.
-    fn release(&self, placements: impl IntoIterator<Item = Placement>) {
+    pub(super) fn release(&self, placements: impl IntoIterator<Item = Placement>) {
         for placement in placements {
             self.storage.release(&placement);
         }
@@ -112,6 +125,9 @@ impl LineCache {
                 line_size: config.line_size,
                 lines,
                 lines_to_prefetch: config.lines_to_prefetch,
+                run_lines: (READ_AHEAD_RUN_BYTES / config.line_size)
+                    .min(config.lines_to_prefetch / 4)
+                    .max(1),
                 table: Mutex::new(Table::new(lines)),
                 counters: Counters::default(),
                 prefetch_budget: Arc::new(Semaphore::new(budget as usize)),
@@ -187,7 +203,7 @@ impl LineCache {
                         break;
                     };
                     evicted.extend(claimed.evicted);
-                    let (tx, rx) = watch::channel(None);
+                    let (tx, rx) = watch::channel(Progress::default());
                     let placement = table.install(claimed.slot, name, line, rx, 0);
                     fills.push((claimed.slot, placement, tx, range));
                 }
@@ -247,7 +263,7 @@ impl LineCache {
                     None => table.claim().map(|claimed| {
                         misses += 1;
                         evicted.extend(claimed.evicted);
-                        let (tx, rx) = watch::channel(None);
+                        let (tx, rx) = watch::channel(Progress::default());
                         let placement = table.install(claimed.slot, name, line, rx.clone(), 1);
                         fetches.push((claimed.slot, placement, tx, line_range.clone(), None));
                         (placement, Some(rx))
@@ -268,10 +284,14 @@ impl LineCache {
                 let ahead_last = last
                     .saturating_add(shared.lines_to_prefetch)
                     .min(object_last);
-                for line in last.saturating_add(1)..=ahead_last {
-                    if table.contains(name.0, name.1, name.2, line) {
-                        continue;
-                    }
+                let absent: Vec<u64> = (last.saturating_add(1)..=ahead_last)
+                    .filter(|line| !table.contains(name.0, name.1, name.2, *line))
+                    .collect();
+                // Read-ahead waits until enough of the window is missing to make a run (or the
+                // window reaches the object's end), so that one GET fetches several lines.
+                let enough = absent.len() as u64 >= shared.run_lines
+                    || (ahead_last == object_last && !absent.is_empty());
+                for line in absent.into_iter().filter(|_| enough) {
                     let Ok(permit) = Arc::clone(&shared.prefetch_budget).try_acquire_owned() else {
                         break;
                     };
@@ -279,7 +299,7 @@ impl LineCache {
                         break;
                     };
                     evicted.extend(claimed.evicted);
-                    let (tx, rx) = watch::channel(None);
+                    let (tx, rx) = watch::channel(Progress::default());
                     let placement = table.install(claimed.slot, name, line, rx, 0);
                     let line_range = shared.line_range(object.size, line);
                     fetches.push((claimed.slot, placement, tx, line_range, Some(permit)));
@@ -293,10 +313,31 @@ impl LineCache {
         bump(&counters.prefetches, fetches.len() as u64 - misses);
         bump(&counters.evictions, evicted.len() as u64);
         shared.release(evicted);
-        // Fetches start before anyone waits on them; demanded lines were pushed first.
-        for (slot, placement, tx, line_range, permit) in fetches {
+        // Fetches start before anyone waits on them; demanded lines were pushed first, each a
+        // run of its own, then read-ahead in order, consecutive lines grouped into runs.
+        let mut run: Vec<RunLine> = Vec::new();
+        let mut permits = Vec::new();
+        for (slot, placement, tx, range, permit) in fetches {
+            let joins = permit.is_some()
+                && !permits.is_empty()
+                && (run.len() as u64) < shared.run_lines
+                && run.last().is_some_and(|l| l.range.end == range.start);
+            if !joins && !run.is_empty() {
+                let run = std::mem::take(&mut run);
+                spawn_fetch(
+                    Arc::clone(store),
+                    &object.key,
+                    &object.etag,
+                    run,
+                    std::mem::take(&mut permits),
+                );
+            }
             let fill = Fill::new(shared, slot, placement, tx, &object.key);
-            spawn_fetch(Arc::clone(store), object, line_range, fill, permit);
+            run.push(RunLine { fill, range });
+            permits.extend(permit);
+        }
+        if !run.is_empty() {
+            spawn_fetch(Arc::clone(store), &object.key, &object.etag, run, permits);
         }
         planned
             .into_iter()
@@ -338,13 +379,18 @@ impl LineCache {
                 part,
             } => (pin, placement, flight, offset, part),
         };
+        let len = (part.end - part.start) as usize;
         if let Some(mut flight) = flight {
-            let outcome = flight
-                .wait_for(Option::is_some)
+            // Served as soon as the fill has stored this part, not when the whole line is in:
+            // a reader at the start of a line being fetched does not wait for its end.
+            let needed = offset + len;
+            let progress = flight
+                .wait_for(|p| p.filled >= needed || p.outcome.is_some())
                 .await
-                .ok()
-                .and_then(|outcome| outcome.clone());
-            match outcome {
+                .map(|progress| progress.clone())
+                .unwrap_or_default();
+            match progress.outcome {
+                _ if progress.filled >= needed => {}
                 Some(Outcome::Ready) => {}
                 Some(Outcome::Failed(error)) => return Err(duplicate(&error)),
                 Some(Outcome::Abandoned) | None => {
@@ -353,7 +399,6 @@ impl LineCache {
                 }
             }
         }
-        let len = (part.end - part.start) as usize;
         self.copy_out(pin, placement, offset, len, &object.key)
             .await
     }
@@ -541,189 +586,5 @@ impl AsRef<[u8]> for PinnedBytes {
         // storage's mapping, which lives as long as `_pin.shared`; the pinned line is not
         // written while we hold the pin.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-/// The right to fill one inbound slot, and the duty to settle it: a `Fill` dropped unsettled
-/// (its task cancelled) frees the slot and sends its waiters to the store.
-struct Fill {
-    shared: Arc<Shared>,
-    slot: SlotId,
-    placement: Placement,
-    key: String,
-    tx: Option<watch::Sender<Option<Outcome>>>,
-}
-
-impl Fill {
-    fn new(
-        shared: &Arc<Shared>,
-        slot: SlotId,
-        placement: Placement,
-        tx: watch::Sender<Option<Outcome>>,
-        key: &str,
-    ) -> Fill {
-        Fill {
-            shared: Arc::clone(shared),
-            slot,
-            placement,
-            key: key.to_string(),
-            tx: Some(tx),
-        }
-    }
-
-    /// Writes the whole line into storage and marks it clean. A failed local write is counted
-    /// and abandons the line (waiters read from the store). Returns whether the line is clean.
-    fn store(self, data: &[u8]) -> bool {
-        let written = self.shared.storage.write_at(&self.placement, 0, data);
-        self.finish(written)
-    }
-
-    /// Settles the line after its bytes were written into storage, or failed to be.
-    fn finish(mut self, written: std::io::Result<()>) -> bool {
-        match written {
-            Ok(()) => {
-                self.settle(Outcome::Ready);
-                true
-            }
-            Err(e) => {
-                tracing::warn!(key = %self.key, line = self.placement.line, error = %e,
-                    "cannot write a line into the cache; serving it uncached");
-                bump(&self.shared.counters.fetch_failures, 1);
-                self.settle(Outcome::Abandoned);
-                false
-            }
-        }
-    }
-
-    fn fail(mut self, error: StoreError) {
-        tracing::debug!(key = %self.key, line = self.placement.line, error = %error,
-            "line fetch failed");
-        bump(&self.shared.counters.fetch_failures, 1);
-        self.settle(Outcome::Failed(Arc::new(error)));
-    }
-
-    /// Updates the table first, then tells the waiters, so a waiter woken with `Ready` finds the
-    /// slot clean (and still pinned by itself).
-    fn settle(&mut self, outcome: Outcome) {
-        let Some(tx) = self.tx.take() else {
-            return;
-        };
-        let released = {
-            let mut table = self.shared.table();
-            match outcome {
-                Outcome::Ready => table.fill_succeeded(self.slot),
-                Outcome::Failed(_) | Outcome::Abandoned => table.fill_failed(self.slot),
-            }
-        };
-        self.shared.release(released);
-        tx.send_replace(Some(outcome));
-    }
-}
-
-impl Drop for Fill {
-    fn drop(&mut self) {
-        self.settle(Outcome::Abandoned);
-    }
-}
-
-/// Fetches one line in its own task, so it completes and fills the slot whoever waits for it.
-fn spawn_fetch(
-    store: Arc<dyn ObjectStore>,
-    object: &ObjectVersion,
-    range: Range<u64>,
-    fill: Fill,
-    permit: Option<OwnedSemaphorePermit>,
-) {
-    let key = object.key.clone();
-    let etag = object.etag.clone();
-    tokio::spawn(async move {
-        let _permit = permit;
-        if fill.shared.storage.address(&fill.placement, 0, 0).is_some() {
-            stream_into_line(store, &key, &etag, range, fill).await;
-        } else {
-            gather_then_store(store, &key, &etag, range, fill).await;
-        }
-    });
-}
-
-/// Fills a line of in-memory storage chunk by chunk as the body arrives: one copy from the
-/// network buffers into the line, and no line-sized buffer in between.
-async fn stream_into_line(
-    store: Arc<dyn ObjectStore>,
-    key: &str,
-    etag: &str,
-    range: Range<u64>,
-    fill: Fill,
-) {
-    let expected = range.end - range.start;
-    let storage = Arc::clone(&fill.shared.storage);
-    let placement = fill.placement;
-    let mut written = Ok(());
-    let mut sink = |offset: u64, chunk: &[u8]| {
-        if written.is_ok() {
-            // A body longer than the line fails `span`'s bounds check here, and is then
-            // reported as a length mismatch below.
-            written = storage.write_at(&placement, offset as usize, chunk);
-        }
-    };
-    let fetched = store
-        .get_range_into(key, range, Some(etag), &mut sink)
-        .await;
-    if let Ok(received) = &fetched {
-        bump(&fill.shared.counters.bytes_from_backend, *received);
-    }
-    match fetched.and_then(|received| exact(key, received, expected)) {
-        Err(error) => fill.fail(error),
-        Ok(()) => {
-            fill.finish(written);
-        }
-    }
-}
-
-/// Fetches a line into one buffer, then writes it into storage that needs system calls, off the
-/// async runtime.
-async fn gather_then_store(
-    store: Arc<dyn ObjectStore>,
-    key: &str,
-    etag: &str,
-    range: Range<u64>,
-    fill: Fill,
-) {
-    let expected = range.end - range.start;
-    let fetched = store.get_range(key, range, Some(etag)).await;
-    if let Ok(bytes) = &fetched {
-        bump(&fill.shared.counters.bytes_from_backend, bytes.len() as u64);
-    }
-    match fetched.and_then(|bytes| exact_length(key, bytes, expected)) {
-        Err(error) => fill.fail(error),
-        Ok(bytes) if bytes.len() <= fill.shared.storage.inline_limit() => {
-            fill.store(&bytes);
-        }
-        Ok(bytes) => {
-            // A whole line is up to `cache_line_size` of disk writes. If the blocking task never
-            // runs, dropping it drops `fill`, which settles the slot.
-            let _ = tokio::task::spawn_blocking(move || fill.store(&bytes)).await;
-        }
-    }
-}
-
-/// `bytes` if it is exactly `expected` long (see [`exact`]).
-fn exact_length(key: &str, bytes: Bytes, expected: u64) -> Result<Bytes, StoreError> {
-    exact(key, bytes.len() as u64, expected).map(|()| bytes)
-}
-
-/// Whether `got` bytes are exactly the `expected`: the range asked for was already clamped to
-/// the object's size, so anything shorter was cut short and must not be cached as the whole
-/// line (and anything longer is not the object we asked for).
-fn exact(key: &str, got: u64, expected: u64) -> Result<(), StoreError> {
-    if got == expected {
-        Ok(())
-    } else {
-        Err(StoreError::Truncated {
-            op: "get",
-            key: key.to_string(),
-            got,
-            expected,
-        })
     }
 }

@@ -6,6 +6,7 @@
 //! between all its mounts through `Engines`.
 
 mod error;
+mod fetch;
 mod line_cache;
 mod stats;
 mod storage;

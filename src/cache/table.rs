@@ -32,8 +32,18 @@ pub(super) enum Outcome {
     Abandoned,
 }
 
-/// What waiters of an inbound line watch: `None` until the fill ends.
-pub(super) type Flight = watch::Receiver<Option<Outcome>>;
+/// How far an inbound line's fill has got, as its waiters watch it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Progress {
+    /// Bytes from the line's start already in storage. A fill writes its line in order, so a
+    /// waiter whose part lies below this mark may copy it out before the whole line is in.
+    pub filled: usize,
+    /// `None` while the fill runs.
+    pub outcome: Option<Outcome>,
+}
+
+/// What waiters of an inbound line watch.
+pub(super) type Flight = watch::Receiver<Progress>;
 
 /// Where a line's bytes live: enough for every storage mode to find them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,7 +421,7 @@ mod tests {
     const NAME: (&str, &str, &str) = ("s", "k", "e");
 
     fn flight() -> Flight {
-        watch::channel(None).1
+        watch::channel(Progress::default()).1
     }
 
     /// Installs line `line` of NAME and completes its fill, leaving it clean and unpinned.

@@ -155,6 +155,7 @@ in_every_mode!(
     failed_fetch_reaches_every_waiter_and_the_next_read_succeeds,
     short_body_is_an_error_not_a_clean_line,
     sequential_reads_prefetch_following_lines_up_to_the_object_end,
+    read_ahead_goes_out_in_runs_of_a_quarter_window,
     random_reads_do_not_prefetch,
     read_with_every_slot_inbound_is_served_uncached,
     read_with_every_slot_pinned_is_served_uncached,
@@ -165,6 +166,87 @@ in_every_mode!(
     stores_with_the_same_id_share_lines,
     private_directory_is_removed_on_drop,
 );
+
+/// The modes whose lines live in this process's memory: a fetch streams into its line there.
+mod streaming {
+    use crate::config::CacheStorage;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ram() {
+        super::a_reader_is_served_once_its_part_of_an_inbound_line_is_in(CacheStorage::Ram).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mapped_file() {
+        super::a_reader_is_served_once_its_part_of_an_inbound_line_is_in(CacheStorage::MappedFile)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ram_cut_run() {
+        super::a_run_cut_short_keeps_its_complete_lines_and_fails_the_rest(CacheStorage::Ram).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mapped_file_cut_run() {
+        super::a_run_cut_short_keeps_its_complete_lines_and_fails_the_rest(
+            CacheStorage::MappedFile,
+        )
+        .await;
+    }
+}
+
+async fn a_run_cut_short_keeps_its_complete_lines_and_fails_the_rest(storage: CacheStorage) {
+    let f = Fixture::new(storage, 64, 16);
+    let object = f.object("cut-run", 5 * LINE, 4).await;
+    f.test_store
+        .short
+        .lock()
+        .expect("short")
+        .insert("cut-run".into());
+    // Line 0 on demand, lines 1..=4 read ahead in one run; every body ends one byte short. The
+    // head of line 0 arrived, so this read may be served; the lines are what matters here.
+    let _ = f.cache.read(&f.store, &object, 0..10, true).await;
+    f.check(&object, LINE..4 * LINE, 4).await;
+    let end = f.read(&object, 5 * LINE - 1..5 * LINE).await;
+    assert!(matches!(end, Err(StoreError::Truncated { .. })), "{end:?}");
+    f.test_store.short.lock().expect("short").clear();
+    let before = f.test_store.gets_of("cut-run");
+    f.check(&object, 0..5 * LINE, 4).await;
+    assert_eq!(
+        f.test_store.gets_of("cut-run") - before,
+        2,
+        "lines 0 and 4 fetched again; lines 1..=3 were complete and kept"
+    );
+}
+
+async fn a_reader_is_served_once_its_part_of_an_inbound_line_is_in(storage: CacheStorage) {
+    let f = Fixture::new(storage, 16, 0);
+    let object = f.object("big", 2 * LINE, 9).await;
+    // The fetch of line 0 stores the first half of the line, then stalls until the gate opens.
+    f.test_store.hold_tail("big");
+    // Not a timing check: without early service this read would wait for the gate forever.
+    let head = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        f.read(&object, 0..LINE / 4),
+    )
+    .await
+    .expect("the head of an inbound line is served before its tail arrives")
+    .expect("read the head");
+    assert!(head[..] == patterned(9, LINE / 4)[..], "head bytes differ");
+
+    let (tail, ()) = tokio::join!(f.read(&object, LINE / 4..LINE), async {
+        until(|| f.cache.stats().waits >= 1).await;
+        f.test_store.open_gate();
+    });
+    let tail = tail.expect("read the tail");
+    assert!(
+        tail[..] == patterned(9, LINE)[LINE as usize / 4..],
+        "tail bytes differ"
+    );
+    f.check(&object, 0..LINE, 9).await;
+    assert_eq!(f.test_store.gets_of("big"), 1, "the line was fetched once");
+}
 
 async fn reads_at_any_offset_and_length_return_the_object_bytes(storage: CacheStorage) {
     let f = Fixture::new(storage, 16, 0);
@@ -193,6 +275,9 @@ async fn reads_at_any_offset_and_length_return_the_object_bytes(storage: CacheSt
             .expect("eof")
             .is_empty()
     );
+    // A reader is served once its bytes are in, which can be before the fetch that brought
+    // them has returned and counted its bytes.
+    until(|| f.cache.stats().bytes_from_backend >= size).await;
     let stats = f.cache.stats();
     assert_eq!(stats.misses, 6, "{stats:?}");
     assert!(stats.hits > 0 && stats.bytes_from_cache > 0, "{stats:?}");
@@ -366,7 +451,8 @@ async fn short_body_is_an_error_not_a_clean_line(storage: CacheStorage) {
         .lock()
         .expect("short")
         .insert("cut".into());
-    let result = f.read(&object, 0..10).await;
+    // The body breaks off one byte short of the line: a read of the line's end sees it.
+    let result = f.read(&object, LINE - 10..LINE).await;
     assert!(
         matches!(result, Err(StoreError::Truncated { .. })),
         "{result:?}"
@@ -388,7 +474,51 @@ async fn sequential_reads_prefetch_following_lines_up_to_the_object_end(storage:
     f.check(&object, 0..object.size, 6).await;
     let stats = f.cache.stats();
     assert_eq!(stats.misses, 1, "{stats:?}");
+    // A window of 3 lines is too small for runs of several lines: a GET per line.
     assert_eq!(f.test_store.gets_of("stream"), 5);
+}
+
+async fn read_ahead_goes_out_in_runs_of_a_quarter_window(storage: CacheStorage) {
+    // A window of 16 lines: read-ahead goes out in runs of 4 lines (a quarter of the window; a
+    // run may be up to 8 MiB, far more than 4 lines of 4 KiB), each fetched with one GET, once
+    // 4 lines of the window are missing.
+    let f = Fixture::new(storage, 64, 16);
+    let object = f.object("runs", 40 * LINE - 7, 2).await;
+    let read_line = async |line: u64| {
+        f.read_sequential(&object, line * LINE..(line + 1) * LINE)
+            .await
+    };
+    read_line(0).await;
+    assert_eq!(f.cache.stats().prefetches, 16);
+    for line in 1..4 {
+        read_line(line).await;
+    }
+    assert_eq!(
+        f.cache.stats().prefetches,
+        16,
+        "fewer than 4 lines were missing"
+    );
+    read_line(4).await;
+    assert_eq!(f.cache.stats().prefetches, 20);
+    for line in 5..40 {
+        read_line(line).await;
+    }
+    let stats = f.cache.stats();
+    assert_eq!((stats.misses, stats.prefetches), (1, 39), "{stats:?}");
+    // Every line was read, so every GET has been made. Line 0 on demand, then runs of 4, and
+    // lines 37..=39 once the window reached the object's end.
+    let mut runs: Vec<(u64, u64)> = f
+        .test_store
+        .gets()
+        .into_iter()
+        .map(|(_, range)| (range.start / LINE, (range.end - 1) / LINE))
+        .collect();
+    runs.sort();
+    let mut expected = vec![(0, 0)];
+    expected.extend((0..9).map(|run| (1 + 4 * run, 4 + 4 * run)));
+    expected.push((37, 39));
+    assert_eq!(runs, expected);
+    f.check(&object, 0..object.size, 2).await;
 }
 
 async fn random_reads_do_not_prefetch(storage: CacheStorage) {

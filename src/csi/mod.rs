@@ -49,7 +49,8 @@ pub struct CsiOptions {
     pub endpoint: String,
     pub node_id: String,
     pub driver_name: String,
-    /// The plugin's own directory (staging mounts); keep it on the host for restarts.
+    /// The plugin's own directory (staging mounts, remembered publishes, upload journal); keep
+    /// it on the host for restarts.
     pub state_dir: PathBuf,
     /// `HOST:PORT` for `/metrics` and `/healthz`.
     pub metrics_address: Option<String>,
@@ -124,8 +125,11 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
             "the configuration's backends are ignored by the CSI plugin; volumes come from PVs"
         );
     }
-    let engines = Engines::from_config(&options.config).map_err(|e| e.to_string())?;
     let state = state::PublishedState::open(&options.state_dir)?;
+    // The upload journal lives in the state dir, kept on the host across restarts, so that the
+    // next plugin aborts the uploads of one killed mid-write (at each volume's publish).
+    let engines = Engines::from_config(&options.config, Some(&options.state_dir))
+        .map_err(|e| e.to_string())?;
     let staging_dir = options.state_dir.join("staging");
     std::fs::create_dir_all(&staging_dir)
         .map_err(|e| format!("cannot create {}: {e}", staging_dir.display()))?;

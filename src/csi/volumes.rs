@@ -332,6 +332,10 @@ impl Volumes {
             stores.push(store);
         }
         for (config, store) in configs.iter().zip(stores) {
+            // New credentials may abort what the old ones could not (as at publish).
+            if !config.readonly {
+                self.engines.writes.recover_uploads(store.clone());
+            }
             if let Some(backend) = fs.backend(&config.dir_name) {
                 // New credentials, same namespace: the manifest in use stays.
                 let manifest = backend.settings().manifest.clone();

@@ -59,7 +59,9 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         .thread_name("msfs-io")
         .build()
         .map_err(DaemonError::Runtime)?;
-    let engines = Engines::from_config(&config).map_err(DaemonError::Engines)?;
+    // The upload journal goes beside the cache: the next daemon over the same cache_dir_path
+    // aborts the uploads of one killed before.
+    let engines = Engines::from_config(&config, None).map_err(DaemonError::Engines)?;
     let metrics = engines.metrics.clone();
     let backends = runtime.block_on(open_backends(&config.backends, &engines))?;
     metrics.set_mounted_backends(backends.len());
@@ -161,6 +163,11 @@ pub(crate) async fn open_backend_settings(
     engines: &Engines,
 ) -> Result<BackendSettings, DaemonError> {
     let store = open_store_checked(config, &engines.metrics).await?;
+    // Uploads left by a killed process are aborted through writable backends only: read-only
+    // credentials usually may not abort, and would warn at every mount.
+    if !config.readonly {
+        engines.writes.recover_uploads(store.clone());
+    }
     let manifest = bootstrap::manifest_for(
         config,
         siblings,

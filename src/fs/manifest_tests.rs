@@ -96,6 +96,7 @@ impl Fixture {
             dirty_limit: 1 << 30,
             promote: false,
             spill_parent: Some(self._spill.path().to_path_buf()),
+            journal_parent: None,
         };
         Fs::new(
             options,

@@ -50,6 +50,7 @@ pub(super) fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u
         dirty_limit: 1 << 30,
         promote: false,
         spill_parent: Some(spill.path().to_path_buf()),
+        journal_parent: None,
     };
     let engines = Engines::uncached(writes).expect("engines");
     Fixture {

@@ -485,7 +485,8 @@ impl Fs {
         // Whatever was being written at the destination is replaced: dropped, and any commit
         // of it finished, before the copy, so that it cannot land on top of the copy.
         writes.forget(store.id(), &new_key).await;
-        let copied = crate::write::copy_object(store.as_ref(), &key, &new_key, size)
+        let copied = writes
+            .copy_object(store.as_ref(), &key, &new_key, size)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
         let moved = EntryKind::File {

@@ -158,7 +158,9 @@ pub trait ObjectStore: Send + Sync + Debug {
     /// with its offset from `range.start`, and returns how many bytes the range held. Lets the
     /// line cache write a fetch straight into its storage instead of first gathering it into
     /// one buffer. A retried attempt starts again at offset 0, so `sink` must treat a chunk as
-    /// "these bytes are at this offset" rather than appending. The default gathers the range
+    /// "these bytes are at this offset" rather than appending; what a retry resends is what the
+    /// earlier attempt delivered (with `etag`, every attempt reads that one version; a broken
+    /// attempt is cut short, never altered). The default gathers the range
     /// with `get_range` and hands it over in one chunk.
     async fn get_range_into(
         &self,

@@ -24,6 +24,8 @@ pub(crate) struct TestStore {
     id: String,
     gets: Mutex<Vec<(String, Range<u64>)>>,
     held: Mutex<HashSet<String>>,
+    /// Keys whose streamed GETs deliver the first half of the body, then wait for the gate.
+    held_tail: Mutex<HashSet<String>>,
     gate: watch::Sender<bool>,
     /// How many held GETs have reached the gate.
     arrived: watch::Sender<usize>,
@@ -43,6 +45,7 @@ impl TestStore {
             id: id.to_string(),
             gets: Mutex::default(),
             held: Mutex::default(),
+            held_tail: Mutex::default(),
             gate: watch::channel(false).0,
             arrived: watch::channel(0).0,
             failures: Mutex::default(),
@@ -69,6 +72,11 @@ impl TestStore {
 
     pub fn hold(&self, key: &str) {
         self.held.lock().expect("held").insert(key.to_string());
+    }
+
+    /// Streamed GETs of `key` deliver half their body, then wait for the gate before the rest.
+    pub fn hold_tail(&self, key: &str) {
+        self.held_tail.lock().expect("held").insert(key.to_string());
     }
 
     pub fn open_gate(&self) {
@@ -165,8 +173,8 @@ impl ObjectStore for TestStore {
         Ok(body)
     }
 
-    /// Streams like `S3Store` does after a retry: the first attempt's (here, garbled) bytes
-    /// arrive and break off, then the range arrives again from offset 0, in small chunks.
+    /// Streams like `S3Store` does after a retry: the first attempt's bytes arrive and break off
+    /// half-way, then the range arrives again from offset 0, in small chunks.
     async fn get_range_into(
         &self,
         key: &str,
@@ -175,8 +183,15 @@ impl ObjectStore for TestStore {
         sink: &mut ChunkSink<'_>,
     ) -> StoreResult<u64> {
         let body = self.get_range(key, range, etag).await?;
-        let garbled: Vec<u8> = body[..body.len() / 2].iter().map(|b| !b).collect();
-        sink(0, &garbled);
+        let half = body.len() / 2;
+        sink(0, &body[..half]);
+        if self.held_tail.lock().expect("held").contains(key) {
+            self.arrived.send_modify(|a| *a += 1);
+            let mut gate = self.gate.subscribe();
+            gate.wait_for(|open| *open).await.expect("store alive");
+            sink(half as u64, &body[half..]);
+            return Ok(body.len() as u64);
+        }
         for (i, chunk) in body.chunks(1000).enumerate() {
             sink(i as u64 * 1000, chunk);
         }
@@ -251,7 +266,7 @@ impl ObjectStore for TestStore {
     }
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        self.count("abort_multipart");
+        self.write_call("abort_multipart", key)?;
         self.inner.abort_multipart(key, upload_id).await
     }
 

@@ -1,5 +1,7 @@
-//! Cleaning up after a crash: multipart uploads a killed process started and never completed
-//! stay invisible in the bucket (and billed) until aborted. `msfs abort-uploads` finds them.
+//! Cleaning up after a crash by hand: multipart uploads a killed process started and never
+//! completed stay invisible in the bucket (and billed) until aborted. The upload journal (see
+//! `journal`) aborts those of killed msfs processes at the next mount; `msfs abort-uploads`
+//! finds the rest by age (after a reboot emptied the journal, or uploads of other tools).
 
 use std::time::{Duration, SystemTime};
 

@@ -11,6 +11,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::extents::Extents;
 use super::file::{DirtyFile, State, Target, Upload, UploadedPart, View};
+use super::journal::UploadJournal;
 use super::plan::{self, PlannedPart, Source};
 use super::{Inner, Piece, WriteError, read_plan};
 use crate::cache::ObjectVersion;
@@ -225,7 +226,7 @@ async fn multipart(
 ) -> Result<String, WriteError> {
     let target = &file.target;
     let _streaming_stopped = StopStreaming::wait(file).await;
-    let (upload_id, part_size) = ensure_upload(file, snapshot.size).await?;
+    let (upload_id, part_size) = ensure_upload(inner, file, snapshot.size).await?;
     let planned = {
         let state = file.state();
         plan::plan_parts(
@@ -246,6 +247,10 @@ async fn multipart(
         .complete_multipart(&target.key, &upload_id, &parts)
         .await
         .map_err(|source| WriteError::store(target, source))?;
+    inner
+        .journal
+        .remove(target.store.as_ref(), &target.key, &upload_id)
+        .await;
     Ok(done.etag)
 }
 
@@ -352,8 +357,12 @@ fn remember_part(
 }
 
 /// The file's multipart upload, started if there is none (or if the one streamed into has a
-/// part size too small for the file's size now). Returns its id and part size.
-async fn ensure_upload(file: &DirtyFile, size: u64) -> Result<(String, u64), WriteError> {
+/// part size too small for the file's size now), and journalled. Returns its id and part size.
+async fn ensure_upload(
+    inner: &Inner,
+    file: &DirtyFile,
+    size: u64,
+) -> Result<(String, u64), WriteError> {
     let _one_at_a_time = file.upload_lock.lock().await;
     let (existing, stale) = {
         let mut state = file.state();
@@ -367,7 +376,7 @@ async fn ensure_upload(file: &DirtyFile, size: u64) -> Result<(String, u64), Wri
         }
     };
     if let Some(stale) = stale {
-        abort_in_background(&file.target, stale.id);
+        abort_in_background(&inner.journal, &file.target, stale.id);
     }
     if let Some(found) = existing {
         return Ok(found);
@@ -378,11 +387,15 @@ async fn ensure_upload(file: &DirtyFile, size: u64) -> Result<(String, u64), Wri
         .create_multipart(&target.key)
         .await
         .map_err(|source| WriteError::store(target, source))?;
+    inner
+        .journal
+        .record(target.store.as_ref(), &target.key, &id)
+        .await;
     let part_size = plan::part_size_for(size);
     let mut state = file.state();
     if state.deleted {
         drop(state);
-        abort_in_background(target, id.clone());
+        abort_in_background(&inner.journal, target, id.clone());
         return Err(WriteError::Deleted);
     }
     state.upload = Some(Upload {
@@ -394,13 +407,24 @@ async fn ensure_upload(file: &DirtyFile, size: u64) -> Result<(String, u64), Wri
     Ok((id, part_size))
 }
 
-/// Aborts a multipart upload that will not be completed, on its own task (nobody waits).
-pub(super) fn abort_in_background(target: &Target, upload_id: String) {
-    let target = target.clone();
+/// Aborts a multipart upload that will not be completed, on its own task (nobody waits). Its
+/// journal entry goes once it is aborted; one that cannot be is left for the next process.
+pub(super) fn abort_in_background(
+    journal: &Arc<UploadJournal>,
+    target: &Target,
+    upload_id: String,
+) {
+    let (journal, target) = (Arc::clone(journal), target.clone());
     tokio::spawn(async move {
-        if let Err(e) = target.store.abort_multipart(&target.key, &upload_id).await {
-            tracing::warn!(backend = %target.backend, key = %target.key, error = %e,
-                "cannot abort an abandoned multipart upload; the store's lifecycle rules must clean it");
+        match target.store.abort_multipart(&target.key, &upload_id).await {
+            Ok(()) => {
+                journal
+                    .remove(target.store.as_ref(), &target.key, &upload_id)
+                    .await;
+            }
+            Err(e) => tracing::warn!(backend = %target.backend, key = %target.key, error = %e,
+                "cannot abort an abandoned multipart upload; it stays journalled, and the next \
+                 msfs process to mount the bucket after this one exits aborts it"),
         }
     });
 }
@@ -477,7 +501,7 @@ async fn stream_part(
     part_size: u64,
 ) -> Result<(), WriteError> {
     let target = &file.target;
-    let (upload_id, actual_size) = ensure_upload(file, range.end).await?;
+    let (upload_id, actual_size) = ensure_upload(inner, file, range.end).await?;
     if actual_size != part_size {
         return Ok(()); // the grid changed under us; the commit will cover this part
     }

@@ -2,6 +2,7 @@
 
 use crate::store::{ObjectStore, PutResult, Result};
 
+use super::journal::UploadJournal;
 use super::plan;
 
 /// S3's largest single CopyObject, and the largest part UploadPartCopy may copy.
@@ -10,10 +11,11 @@ const MAX_COPY: u64 = 5 << 30;
 const COPY_PART: u64 = 512 << 20;
 
 /// Copies `source` (of `size` bytes) to `dest` inside the store: one CopyObject up to 5 GiB,
-/// else a multipart upload of server-side part copies, aborted if any part fails. Returns the
-/// copy's ETag.
-pub async fn copy_object(
+/// else a multipart upload of server-side part copies (journalled while open), aborted if any
+/// part fails. Returns the copy's ETag.
+pub(super) async fn copy_object(
     store: &dyn ObjectStore,
+    journal: &UploadJournal,
     source: &str,
     dest: &str,
     size: u64,
@@ -21,28 +23,38 @@ pub async fn copy_object(
     if size <= MAX_COPY {
         return store.copy(source, dest).await;
     }
-    let part_size = plan::part_size_for(size).max(COPY_PART);
     let upload = store.create_multipart(dest).await?;
+    journal.record(store, dest, &upload).await;
+    let copied = copy_parts(store, source, dest, &upload, size).await;
+    let finished = match &copied {
+        Ok(_) => true,
+        Err(_) => store.abort_multipart(dest, &upload).await.is_ok(),
+    };
+    // An upload that could not be aborted stays journalled, for the next process.
+    if finished {
+        journal.remove(store, dest, &upload).await;
+    }
+    copied
+}
+
+/// Fills and completes multipart upload `upload` of `dest` with copies of `source`'s parts.
+async fn copy_parts(
+    store: &dyn ObjectStore,
+    source: &str,
+    dest: &str,
+    upload: &str,
+    size: u64,
+) -> Result<PutResult> {
+    let part_size = plan::part_size_for(size).max(COPY_PART);
     let mut parts = Vec::new();
     for index in 0..plan::part_count(size, part_size) {
         let range = plan::part_range(index, part_size, size);
         let number = i32::try_from(index + 1).unwrap_or(i32::MAX);
-        match store
-            .upload_part_copy(dest, &upload, number, source, range)
-            .await
-        {
-            Ok(part) => parts.push(part),
-            Err(e) => {
-                let _ = store.abort_multipart(dest, &upload).await;
-                return Err(e);
-            }
-        }
+        parts.push(
+            store
+                .upload_part_copy(dest, upload, number, source, range)
+                .await?,
+        );
     }
-    match store.complete_multipart(dest, &upload, &parts).await {
-        Ok(done) => Ok(done),
-        Err(e) => {
-            let _ = store.abort_multipart(dest, &upload).await;
-            Err(e)
-        }
-    }
+    store.complete_multipart(dest, upload, &parts).await
 }

@@ -14,6 +14,15 @@ pub enum WriteError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "cannot create the upload journal directory {path}: {source}; check cache_dir_path (or \
+         the CSI plugin's --state-dir)"
+    )]
+    JournalDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("local spill file: {source}; check free space under cache_dir_path")]
     Spill {
         #[source]

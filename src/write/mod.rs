@@ -9,7 +9,9 @@
 //! application was still writing (see [`plan`]). Commits run on at most `write_commit_workers`
 //! at once; a failed background commit keeps the data dirty, is retried with backoff, and is
 //! reported once to the next fsync. Dirty bytes are bounded: a writer past the bound waits for
-//! commits to drain (and starts its own file's) rather than failing.
+//! commits to drain (and starts its own file's) rather than failing. Every multipart upload in
+//! flight is recorded in the upload journal (`journal`), so that the next process aborts those
+//! a killed one left.
 
 mod budget;
 mod cleanup;
@@ -18,6 +20,7 @@ mod copy;
 mod error;
 mod extents;
 mod file;
+mod journal;
 pub mod plan;
 
 use std::collections::HashMap;
@@ -33,17 +36,17 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
 pub use cleanup::abort_stale_uploads;
-pub use copy::copy_object;
 pub use error::WriteError;
 pub use extents::Extents;
 pub use file::{CommitObserver, DirtyFile, DirtyMeta, Target};
 
 use crate::cache::{LineCache, ObjectReader, ObjectVersion};
 use crate::private_dir::PrivateDir;
-use crate::store::StoreError;
+use crate::store::{ObjectStore, PutResult, StoreError};
 use crate::telemetry::Metrics;
 use budget::Budget;
 use file::View;
+use journal::{Recovered, UploadJournal};
 
 /// Parts of streamed uploads in flight across the process, per commit worker.
 const STREAMED_PARTS_PER_WORKER: usize = 2;
@@ -63,6 +66,9 @@ pub struct WriteConfig {
     pub promote: bool,
     /// Where the spill directory is created (the system temp dir when `None`).
     pub spill_parent: Option<PathBuf>,
+    /// Where the upload journal is kept (beside the spill directory when `None`). Processes
+    /// that should clean up after each other must share it.
+    pub journal_parent: Option<PathBuf>,
 }
 
 /// The process's write engine; clone it freely (it is a handle).
@@ -74,6 +80,7 @@ pub struct WriteEngine {
 struct Inner {
     config: WriteConfig,
     spill_dir: PrivateDir,
+    journal: Arc<UploadJournal>,
     /// (store id, key) → the file being written there.
     files: Mutex<HashMap<(String, String), Arc<DirtyFile>>>,
     next_serial: AtomicU64,
@@ -107,10 +114,14 @@ impl WriteEngine {
             .unwrap_or_else(std::env::temp_dir);
         let spill_dir = PrivateDir::create(&parent, "msfs-writes")
             .map_err(|(path, source)| WriteError::SpillDir { path, source })?;
+        let journal_parent = config.journal_parent.clone().unwrap_or(parent);
+        let journal = UploadJournal::open(&journal_parent)
+            .map_err(|(path, source)| WriteError::JournalDir { path, source })?;
         let workers = config.commit_workers.max(1);
         Ok(WriteEngine {
             inner: Arc::new(Inner {
                 spill_dir,
+                journal: Arc::new(journal),
                 files: Mutex::new(HashMap::new()),
                 next_serial: AtomicU64::new(1),
                 commit_slots: Semaphore::new(workers),
@@ -219,8 +230,35 @@ impl WriteEngine {
         let _no_commit_running = file.commit_lock.lock().await;
         let upload = file.state().upload.take();
         if let Some(upload) = upload {
-            commit::abort_in_background(&file.target, upload.id);
+            commit::abort_in_background(&self.inner.journal, &file.target, upload.id);
         }
+    }
+
+    /// Copies object `source` (of `size` bytes) to `dest` inside `store` (a rename): one
+    /// CopyObject up to 5 GiB, else a journalled multipart upload of server-side part copies.
+    pub async fn copy_object(
+        &self,
+        store: &dyn ObjectStore,
+        source: &str,
+        dest: &str,
+        size: u64,
+    ) -> Result<PutResult, StoreError> {
+        copy::copy_object(store, &self.inner.journal, source, dest, size).await
+    }
+
+    /// Aborts, on a background task, the multipart uploads that killed msfs processes sharing
+    /// this journal started in `store`'s bucket (see `journal`). Called for each store the
+    /// process builds; never waited for, because a store that does not answer would hold up a
+    /// mount for as long as its retries last, and the uploads only cost storage meanwhile.
+    pub fn recover_uploads(&self, store: Arc<dyn ObjectStore>) {
+        let journal = Arc::clone(&self.inner.journal);
+        tokio::spawn(async move {
+            let recovered = journal.recover(store.as_ref()).await;
+            if recovered != Recovered::default() {
+                tracing::info!(store = %store.id(), aborted = recovered.aborted,
+                    kept = recovered.kept, "uploads left by killed msfs processes");
+            }
+        });
     }
 
     /// Writes `data` at `offset`. Waits (never fails) while dirty data is over its bound.

@@ -27,6 +27,7 @@ fn fixture(threshold: u64, dirty_limit: u64) -> Fixture {
         dirty_limit,
         promote: false,
         spill_parent: Some(spill.path().to_path_buf()),
+        journal_parent: None,
     };
     let engine =
         WriteEngine::new(config, Arc::new(DirectReader), None, Metrics::new()).expect("engine");
@@ -390,4 +391,45 @@ async fn two_handles_share_one_file() {
     f.engine.release(&b);
     assert!(f.engine.find("test-store", "shared").is_none());
     assert_eq!(f.stored("shared").as_deref(), Some(&b"aabb"[..]));
+}
+
+/// Waits (bounded) until the engine's journal holds `n` uploads.
+async fn until_journalled(f: &Fixture, n: usize) {
+    for _ in 0..500 {
+        if f.engine.inner.journal.entries().len() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the journal holds {:?}, not {n} uploads",
+        f.engine.inner.journal.entries()
+    );
+}
+
+#[tokio::test]
+async fn a_multipart_upload_is_journalled_until_completed_or_aborted() {
+    let f = fixture(8 * MIB, 1 << 30);
+    let body = Rng(7).bytes((17 * MIB) as usize);
+    for key in ["landed", "dropped"] {
+        let file = f.engine.create(f.target(key)).await;
+        for (i, chunk) in body.chunks(MIB as usize).enumerate() {
+            f.engine
+                .write(&file, i as u64 * MIB, chunk)
+                .await
+                .expect("write");
+        }
+        f.engine.release(&file);
+    }
+    // Both files streamed parts into an upload each, journalled at once.
+    until_journalled(&f, 2).await;
+    let landed = f.engine.find("test-store", "landed").expect("dirty file");
+    f.engine.commit(&landed).await.expect("commit");
+    until_journalled(&f, 1).await;
+    assert_eq!(f.engine.inner.journal.entries()[0].key, "dropped");
+    f.engine.forget("test-store", "dropped").await;
+    // Aborted in the background, then forgotten.
+    until_journalled(&f, 0).await;
+    assert!(f.store.list_uploads("").await.expect("list").is_empty());
+    assert_eq!(f.stored("landed").as_deref(), Some(&body[..]));
 }

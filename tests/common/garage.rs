@@ -399,6 +399,48 @@ impl Garage {
             }
         }
     }
+
+    /// The bucket's multipart uploads in progress, as (key, upload id), sorted (one page: the
+    /// tests keep only a few open); panics on failure.
+    pub async fn pending_uploads(&self, bucket: &str) -> Vec<(String, String)> {
+        let resp = self
+            .client()
+            .list_multipart_uploads()
+            .bucket(bucket)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("list uploads of s3://{bucket}: {}", error_text(&e)));
+        let mut uploads: Vec<(String, String)> = resp
+            .uploads()
+            .iter()
+            .map(|u| {
+                (
+                    u.key().unwrap_or_default().to_string(),
+                    u.upload_id().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        uploads.sort();
+        uploads
+    }
+
+    /// Starts a multipart upload of `key` as another writer would, and returns its id.
+    pub async fn create_upload(&self, bucket: &str, key: &str) -> String {
+        let resp = self
+            .client()
+            .create_multipart_upload()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "create an upload of s3://{bucket}/{key}: {}",
+                    error_text(&e)
+                )
+            });
+        resp.upload_id().unwrap_or_default().to_string()
+    }
 }
 
 impl Drop for Garage {

@@ -137,3 +137,36 @@ pub fn read_direct(path: &std::path::Path) -> Vec<u8> {
     );
     out.stdout
 }
+
+/// The upload journal directories msfs processes keep under `parent` (`cache_dir_path`, or
+/// the CSI plugin's state dir), one per process alive or killed with uploads open.
+pub fn journal_dirs(parent: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(parent)
+        .unwrap_or_else(|e| panic!("list {}: {e}", parent.display()))
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("msfs-uploads-"))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Rewrites `path` with 256 MiB of [`pattern`] on a thread of its own, 1 MiB per write, until
+/// done or until the mount dies under it (a crash test kills msfs while it writes).
+pub fn spawn_endless_writer(path: std::path::PathBuf) -> std::thread::JoinHandle<()> {
+    use std::io::Write;
+    std::thread::spawn(move || {
+        let Ok(mut file) = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+        else {
+            return;
+        };
+        for i in 0..256 {
+            if file.write_all(&pattern(1 << 20, i)).is_err() {
+                return;
+            }
+        }
+    })
+}

@@ -16,7 +16,7 @@ use super::{
 };
 
 /// A store that forwards to a [`FileStore`], counts every call by operation, records every
-/// GET, and on request holds GETs of some keys until the gate opens, fails the next GETs of a
+/// GET, and on request holds GETs and PUTs of some keys until the gate opens, fails the next GETs of a
 /// key, cuts their bodies short, or fails every write while `fail_writes` is set.
 #[derive(Debug)]
 pub(crate) struct TestStore {
@@ -220,6 +220,11 @@ impl ObjectStore for TestStore {
 
     async fn put(&self, key: &str, body: Bytes) -> StoreResult<PutResult> {
         self.write_call("put", key)?;
+        if self.held.lock().expect("held").contains(key) {
+            self.arrived.send_modify(|a| *a += 1);
+            let mut gate = self.gate.subscribe();
+            gate.wait_for(|open| *open).await.expect("store alive");
+        }
         self.inner.put(key, body).await
     }
 

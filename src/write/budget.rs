@@ -37,13 +37,15 @@ impl Budget {
         }
     }
 
-    /// Takes `n` bytes, waiting for releases until they fit.
-    pub async fn reserve(&self, n: u64) {
+    /// Takes `n` bytes, waiting for releases until they fit; calls `while_waiting` before each
+    /// wait (at least every `RECHECK`), so the caller can keep starting what frees bytes.
+    pub async fn reserve(&self, n: u64, mut while_waiting: impl FnMut()) {
         loop {
             let freed = self.freed.notified();
             if self.try_reserve(n) {
                 return;
             }
+            while_waiting();
             let _ = tokio::time::timeout(RECHECK, freed).await;
         }
     }
@@ -89,7 +91,7 @@ mod tests {
         assert!(budget.try_reserve(10));
         let waiter = {
             let budget = budget.clone();
-            tokio::spawn(async move { budget.reserve(5).await })
+            tokio::spawn(async move { budget.reserve(5, || {}).await })
         };
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());

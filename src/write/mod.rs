@@ -307,14 +307,20 @@ impl WriteEngine {
     }
 
     /// Waits for room for `len` more dirty bytes; while waiting, commits this file early so
-    /// that a single file larger than the bound still makes progress.
+    /// that a single file larger than the bound still makes progress. The commit is started
+    /// again at every recheck, not once: a background commit already running when the wait
+    /// began ends with the file still dirty (it took its snapshot before this writer's last
+    /// writes) and frees nothing, and then only a new commit can (a 4-writer soak deadlocked
+    /// on exactly that).
     async fn reserve(&self, file: &Arc<DirtyFile>, len: u64) {
         if self.inner.budget.try_reserve(len) {
             return;
         }
         tracing::debug!(key = %file.target.key, "dirty data over its bound; waiting for commits");
-        self.commit_in_background(file);
-        self.inner.budget.reserve(len).await;
+        self.inner
+            .budget
+            .reserve(len, || self.commit_in_background(file))
+            .await;
     }
 
     /// Bytes `range` of the file as it is now (clamped to its size).

@@ -343,6 +343,46 @@ async fn a_foreground_commit_failure_is_returned_and_retried_in_the_background()
 }
 
 #[tokio::test]
+async fn a_writer_waiting_behind_a_commit_that_leaves_its_file_dirty_gets_another() {
+    const KIB: u64 = 1024;
+    let f = fixture(64 * MIB, MIB);
+    let mut rng = Rng(5);
+    let body = rng.bytes((1100 * KIB) as usize);
+    let a = f.engine.create(f.target("a")).await;
+    let b = f.engine.create(f.target("b")).await;
+    let write_a = |range: std::ops::Range<u64>| {
+        let (engine, a, bytes) = (
+            f.engine.clone(),
+            a.clone(),
+            body[range.start as usize..range.end as usize].to_vec(),
+        );
+        tokio::spawn(async move { engine.write(&a, range.start, &bytes).await })
+    };
+    write_a(0..700 * KIB).await.expect("join").expect("write");
+    f.engine
+        .write(&b, 0, &rng.bytes((300 * KIB) as usize))
+        .await
+        .expect("write b");
+    // Over the bound: the writer starts a background commit of `a`, held at its PUT.
+    f.store.hold("a");
+    let first = write_a(700 * KIB..800 * KIB);
+    f.store.until_arrived(1).await;
+    // Committing `b` frees room, so that writer goes on while the commit of `a` still runs...
+    f.engine.commit(&b).await.expect("commit b");
+    first.await.expect("join").expect("write");
+    // ...and the next one waits behind that commit, which took its snapshot at 700 KiB.
+    let second = write_a(800 * KIB..1100 * KIB);
+    f.store.open_gate();
+    tokio::time::timeout(std::time::Duration::from_secs(60), second)
+        .await
+        .expect("the waiting writer got a commit that freed room (no deadlock)")
+        .expect("join")
+        .expect("write");
+    f.engine.commit(&a).await.expect("commit a");
+    assert_eq!(f.stored("a").as_deref(), Some(&body[..]));
+}
+
+#[tokio::test]
 async fn writers_past_the_dirty_bound_wait_for_commits_and_lose_nothing() {
     let f = fixture(64 * MIB, MIB);
     let mut rng = Rng(3);

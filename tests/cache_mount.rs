@@ -85,3 +85,24 @@ async fn a_working_set_larger_than_the_cache_reads_correctly_in_every_storage_mo
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_mount_lets_the_kernel_read_a_mib_ahead() {
+    use std::os::unix::fs::MetadataExt;
+    let garage = Garage::start();
+    garage.create_bucket("window");
+    let mount = mount_with_cache(&garage, "window", "ram", 16);
+    let dev = std::fs::metadata(mount.path()).expect("stat mount").dev();
+    let setting = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    // The kernel starts every FUSE mount at 128 KiB; msfs raises it just after the handshake.
+    common::wait_until(
+        "the mount's read-ahead is 1 MiB",
+        std::time::Duration::from_secs(10),
+        async || std::fs::read_to_string(&setting).is_ok_and(|kib| kib.trim() == "1024"),
+    )
+    .await;
+}

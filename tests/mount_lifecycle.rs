@@ -332,6 +332,9 @@ fn a_dead_daemons_mountpoint_can_be_mounted_again() {
     let mut first = MsfsMount::start(&config, "yaml").expect("mount");
     let mountpoint = first.path().to_path_buf();
     let config_path = first.config_path().to_path_buf();
+    // The kernel keeps the root's attributes after this, so the dead mount below still `stat`s
+    // fine: the restart must not take that for a live mount.
+    std::fs::metadata(&mountpoint).expect("stat the live mount");
     first.stop_with_signal(libc::SIGKILL);
     assert!(
         is_mounted(&mountpoint),

@@ -38,6 +38,7 @@ class Options:
     results_dir: Path | None
     list_only: bool
     render: Path | None
+    split_cpus: bool
 
 
 def parse(argv: list[str]) -> Options:
@@ -57,6 +58,9 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--results-dir", type=Path, help="where outputs go (default bench/results)")
     p.add_argument("--list", dest="list_only", action="store_true", help="list the workloads and exit")
     p.add_argument("--render", type=Path, metavar="JSON", help="redo the table and charts of a results file")
+    p.add_argument("--split-cpus", action="store_true",
+                   help="S3 server on CPU 0, filesystems and clients on the others (the server is the "
+                   "bottleneck, as when it runs on another machine); results get a -split suffix")
     p.add_argument("-v", "--verbose", action="store_true", help="print every command")
     a = p.parse_args(argv)
     shell.VERBOSE = a.verbose
@@ -71,7 +75,7 @@ def parse(argv: list[str]) -> Options:
         p.error(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
     if a.runs is not None and a.runs < 1:
         p.error("--runs must be at least 1")
-    return Options(a.quick, a.self_check, a.only, peers, a.runs, a.results_dir, a.list_only, a.render)
+    return Options(a.quick, a.self_check, a.only, peers, a.runs, a.results_dir, a.list_only, a.render, a.split_cpus)
 
 
 def make_plan(o: Options) -> Plan:
@@ -82,7 +86,8 @@ def make_plan(o: Options) -> Plan:
     peers = [p for p in o.peers if any(w.runs_on(p) for w in workloads)]
     if o.peers and not peers:
         raise SystemExit(f"bench: none of the chosen workloads runs on {', '.join(o.peers)}")
-    return Plan(scale, workloads, peers, o.runs or scale.runs, "dev" if o.self_check else "release")
+    return Plan(scale, workloads, peers, o.runs or scale.runs, "dev" if o.self_check else "release",
+                o.split_cpus)
 
 
 def estimate_seconds(plan: Plan) -> float:
@@ -151,6 +156,7 @@ def output_base(o: Options) -> Path:
         directory = BENCH_DIR / "results"
     directory.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if o.quick and not o.self_check else ""
+    suffix += "-split" if o.split_cpus else ""
     if o.only and not o.self_check:  # a partial run does not replace the day's full one
         suffix += "-" + re.sub(r"[^A-Za-z0-9-]+", "", "-".join(o.only))[:40].strip("-")
     return directory / f"{dt.date.today().isoformat()}-{host()}{suffix}"

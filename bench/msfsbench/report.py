@@ -37,6 +37,10 @@ def speed_ratio(msfs: Cell | None, other: Cell | None, higher_is_better: bool) -
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
 
 
+def _cpu_list(cpus: list[int]) -> str:
+    return ", ".join(str(c) for c in cpus)
+
+
 def machine_line(meta: dict, code: str = "`") -> str:
     m = meta.get("machine", {})
     return (
@@ -55,6 +59,10 @@ def markdown(results: Results) -> str:
         f"Command: `{meta.get('command', '?')}` · scale: {meta.get('scale', {}).get('note', '?')} · "
         f"runs per cell: {meta.get('runs', '?')} (median, min–max when more than one)",
     ]
+    split = meta.get("cpu_split")
+    if split:
+        lines += ["", f"CPUs split (`--split-cpus`): the S3 server on CPU {_cpu_list(split['server'])}; "
+                  f"the filesystems, workloads and raw client on CPU {_cpu_list(split['others'])}."]
     if shared:
         lines += ["", *_peer_table(results, shared)]
     if limited:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import datasets, facts, install
+from . import cpus, datasets, facts, install
 from .filesystems import PEERS, Filesystem
 from .fusectl import FuseControl
 from .rawclient import RawClient
@@ -41,6 +41,7 @@ class Plan:
     peers: list[str]  # filesystems, in run order; the raw client always runs first
     runs: int
     build_profile: str  # "release" to measure; "dev" for the self-check
+    split_cpus: bool = False  # the server on a CPU of its own (cpus.py)
 
 
 def needs_seeding(plan: Plan) -> bool:
@@ -69,6 +70,8 @@ class Session:
         started = dt.datetime.now().astimezone()
         t0, load_at_start = time.monotonic(), facts.load_average()
         binaries = self._install_and_build()
+        # After the build (which wants every CPU), before anything measured is started.
+        cpu_split = cpus.split() if self.plan.split_cpus else None
         server, raw, data, seed_seconds = self._start_server_and_seed(binaries)
         filesystems = self._filesystems(server, binaries)
         results = self._measure(raw, data, filesystems)
@@ -87,6 +90,7 @@ class Session:
             "families": {f.name: f.title for f in FAMILIES},
             "datasets": {d.name: d.describe() for d in data.all()},
             "seed_seconds": seed_seconds,
+            "cpu_split": cpu_split,
         }
         return results
 
@@ -108,6 +112,9 @@ class Session:
         server = S3Server(self.work / "s3", BUCKET)
         self.stack.callback(server.stop)
         server.start()
+        if self.plan.split_cpus and server.pid is not None:
+            cpus.pin_process(server.pid, [cpus.SERVER_CPU])
+            log(f"S3 server pinned to CPU {cpus.SERVER_CPU}; everything else to the other CPUs")
         raw = RawClient(binaries.raw_read, server.endpoint, BUCKET, {**os.environ, **server.env})
         data = datasets.for_scale(self.plan.scale)
         if not needs_seeding(self.plan):

@@ -7,6 +7,7 @@
 mod bootstrap;
 pub mod helper;
 pub mod mountpoint;
+mod read_ahead;
 pub mod reload;
 pub mod session;
 

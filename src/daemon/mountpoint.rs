@@ -26,14 +26,34 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The filesystem type mounted at `path` (e.g. `fuse.msfs`), if any.
-pub fn mounted_fstype(path: &Path) -> io::Result<Option<String>> {
-    let wanted = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(fstype_in(&table, &wanted))
+/// What /proc/self/mountinfo says of the mount in effect on a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MountEntry {
+    /// `major:minor` of the mounted filesystem's device.
+    device: String,
+    /// e.g. `fuse.msfs`.
+    fstype: String,
 }
 
-fn fstype_in(table: &str, wanted: &Path) -> Option<String> {
+/// The filesystem type mounted at `path` (e.g. `fuse.msfs`), if any.
+pub fn mounted_fstype(path: &Path) -> io::Result<Option<String>> {
+    Ok(mount_at(path)?.map(|entry| entry.fstype))
+}
+
+/// Whether the mount in effect at `path` is a FUSE mount on device `major:minor`.
+pub fn is_fuse_mount_of_device(path: &Path, major: u32, minor: u32) -> io::Result<bool> {
+    Ok(mount_at(path)?.is_some_and(|entry| {
+        entry.fstype.starts_with("fuse") && entry.device == format!("{major}:{minor}")
+    }))
+}
+
+fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
+    let wanted = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(entry_in(&table, &wanted))
+}
+
+fn entry_in(table: &str, wanted: &Path) -> Option<MountEntry> {
     // The last mount on a path is the one in effect, so keep scanning.
     let mut found = None;
     for line in table.lines() {
@@ -41,11 +61,16 @@ fn fstype_in(table: &str, wanted: &Path) -> Option<String> {
         let Some(sep) = fields.iter().position(|f| *f == "-") else {
             continue;
         };
-        let (Some(point), Some(fstype)) = (fields.get(4), fields.get(sep + 1)) else {
+        let (Some(device), Some(point), Some(fstype)) =
+            (fields.get(2), fields.get(4), fields.get(sep + 1))
+        else {
             continue;
         };
         if PathBuf::from(unescape(point)) == wanted {
-            found = Some(unescape(fstype));
+            found = Some(MountEntry {
+                device: device.to_string(),
+                fstype: unescape(fstype),
+            });
         }
     }
     found
@@ -55,7 +80,7 @@ fn fstype_in(table: &str, wanted: &Path) -> Option<String> {
 /// died ("transport endpoint is not connected") is detached first, so a restart needs no manual
 /// `fusermount -u`.
 pub fn prepare(path: &Path) -> Result<(), String> {
-    if let Err(e) = std::fs::metadata(path)
+    if let Err(e) = ask_filesystem(path)
         && e.raw_os_error() == Some(libc::ENOTCONN)
     {
         tracing::warn!(path = %path.display(), "detaching a stale FUSE mount left by a dead process");
@@ -66,6 +91,23 @@ pub fn prepare(path: &Path) -> Result<(), String> {
         Ok(_) => Err(format!("mountpoint {} is not a directory", path.display())),
         Err(e) => Err(format!("mountpoint {}: {e}", path.display())),
     }
+}
+
+/// Asks whatever is mounted at `path` for its statistics. Unlike `stat`, which a dead FUSE
+/// mount answers from the root's cached attributes for as long as they were given to live, a
+/// `statfs` always reaches the filesystem (for FUSE, its daemon): a mount whose daemon died
+/// answers ENOTCONN.
+fn ask_filesystem(path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: statfs is plain old data; zeroed is a valid value that the call overwrites.
+    let mut out: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is NUL-terminated and outlives the call; `out` is a writable statfs.
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut out) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Lazily unmounts `path` (MNT_DETACH): it disappears from the namespace now and is torn down
@@ -94,6 +136,10 @@ mod tests {
 92 91 0:52 / /mnt/x rw - fuse.msfs msfs rw
 ";
 
+    fn fstype_in(table: &str, wanted: &Path) -> Option<String> {
+        entry_in(table, wanted).map(|entry| entry.fstype)
+    }
+
     #[test]
     fn escaped_mountpoints_are_matched() {
         assert_eq!(
@@ -105,8 +151,11 @@ mod tests {
     #[test]
     fn the_last_mount_on_a_path_wins() {
         assert_eq!(
-            fstype_in(TABLE, Path::new("/mnt/x")).as_deref(),
-            Some("fuse.msfs")
+            entry_in(TABLE, Path::new("/mnt/x")),
+            Some(MountEntry {
+                device: "0:52".into(),
+                fstype: "fuse.msfs".into()
+            })
         );
         assert_eq!(fstype_in(TABLE, Path::new("/mnt/none")), None);
     }

@@ -12,7 +12,7 @@ use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use super::mountpoint;
+use super::{mountpoint, read_ahead};
 use crate::fs::Fs;
 use crate::fuse::FuseAdapter;
 
@@ -93,6 +93,7 @@ impl MountedSession {
                 let _ = done_tx.send(());
                 result
             })?;
+        read_ahead::raise_in_background(path, read_ahead::READ_AHEAD_KIB);
         Ok(MountedSession {
             path: path.to_path_buf(),
             unmounter,

@@ -18,8 +18,10 @@ use tokio::runtime::Handle;
 
 use crate::fs::{Attr, Fs, FsError, Kind, OpenMode, RenameFlags, SetAttr};
 
-/// Largest read the kernel may send in one request (and its read-ahead window): large requests
-/// mean fewer round trips per byte on sequential reads.
+/// Read-ahead asked for in the handshake. The kernel keeps at most what it offered (its 128 KiB
+/// default), so `daemon::read_ahead` widens the window once the mount is live. The largest read
+/// request is `max(max_write, read-ahead)` (fuser derives the kernel's `max_pages` from the two),
+/// which is why a `max_write` of 1 MiB also means 1 MiB reads.
 const MAX_READAHEAD: u32 = 1024 * 1024;
 /// Background requests (read-ahead, async reads) the kernel keeps in flight. The kernel default
 /// of 12 caps read concurrency well below what several readers need.

@@ -4,18 +4,23 @@
 #   - protobuf-compiler: protoc for the CSI gRPC code generation
 #   - util-linux: mount / umount, used by the test fixtures
 #   - rsync: the write tests rsync a tree into a mount
+#   - libacl1-dev: pjdfstest links libacl; curl: scripts/conformance.sh fetches objects with it
 #   - garage 2.5.0: the S3 server the tests start (cargo install, ~12 min cold)
+#   - pjdfstest 0.2.2, fsx 0.3.2: POSIX suite and file exerciser of scripts/conformance.sh
+#     (cargo install, ~2 min each cold)
 # Idempotent: each step runs only when its result is missing. Prints what it does.
 set -euo pipefail
 
 GARAGE_VERSION="2.5.0"
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config protobuf-compiler util-linux rsync)
+# Only for the conformance run, not for building msfs (so not in the Dockerfile's builder).
+CONFORMANCE_APT_PACKAGES=(libacl1-dev curl)
 
 log() { echo "install-test-deps: $*"; }
 
 # --- Debian packages -------------------------------------------------------
 missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
+for pkg in "${APT_PACKAGES[@]}" "${CONFORMANCE_APT_PACKAGES[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$pkg")
     fi
@@ -28,9 +33,9 @@ if ((${#missing[@]} > 0)); then
     log "missing: ${missing[*]}; running apt-get update and install"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    apt-get install -y "${APT_PACKAGES[@]}"
+    apt-get install -y "${APT_PACKAGES[@]}" "${CONFORMANCE_APT_PACKAGES[@]}"
 else
-    log "Debian packages already installed: ${APT_PACKAGES[*]}"
+    log "Debian packages already installed: ${APT_PACKAGES[*]} ${CONFORMANCE_APT_PACKAGES[*]}"
 fi
 
 # --- FUSE kernel module (best effort: containers may have it built in or forbid modprobe)
@@ -66,17 +71,24 @@ find_garage() {
     return 1
 }
 
-if garage_bin="$(find_garage)"; then
-    log "garage ${GARAGE_VERSION} already installed: $garage_bin"
-else
+# Prints the cargo to install crates with, or fails saying that the toolchain is missing.
+find_cargo() {
+    local cargo_cmd
     cargo_cmd="$(command -v cargo 2>/dev/null || true)"
     if [[ -z "$cargo_cmd" && -x "$cargo_bin_dir/cargo" ]]; then
         cargo_cmd="$cargo_bin_dir/cargo"
     fi
     if [[ -z "$cargo_cmd" ]]; then
         log "cargo not found: install the Rust toolchain first" >&2
-        exit 1
+        return 1
     fi
+    echo "$cargo_cmd"
+}
+
+if garage_bin="$(find_garage)"; then
+    log "garage ${GARAGE_VERSION} already installed: $garage_bin"
+else
+    cargo_cmd="$(find_cargo)"
     log "cargo install garage@${GARAGE_VERSION} --locked (a release build; takes several minutes)"
     "$cargo_cmd" install "garage@${GARAGE_VERSION}" --locked
     garage_bin="$(find_garage)" || {
@@ -85,6 +97,27 @@ else
     }
     log "installed $garage_bin"
 fi
+
+# --- pjdfstest and fsx (scripts/conformance.sh) -----------------------------------------------
+# Pinned: the expected pjdfstest results in scripts/conformance/ are for exactly this version.
+PINNED_CRATES=("pjdfstest:0.2.2" "fsx:0.3.2")
+for spec in "${PINNED_CRATES[@]}"; do
+    crate="${spec%%:*}"
+    version="${spec#*:}"
+    # Both print "NAME VERSION" for --version.
+    if "$cargo_bin_dir/$crate" --version 2>/dev/null | grep -qx "$crate $version"; then
+        log "$crate $version already installed: $cargo_bin_dir/$crate"
+        continue
+    fi
+    cargo_cmd="$(find_cargo)"
+    log "cargo install ${crate}@${version} --locked (a release build; about 2 minutes)"
+    "$cargo_cmd" install "${crate}@${version}" --locked
+    "$cargo_bin_dir/$crate" --version 2>/dev/null | grep -qx "$crate $version" || {
+        log "$crate $version still not found in $cargo_bin_dir after cargo install" >&2
+        exit 1
+    }
+    log "installed $cargo_bin_dir/$crate"
+done
 
 # --- moto (S3 + STS server for the CSI credential tests) ----------------------
 if command -v moto_server >/dev/null 2>&1; then

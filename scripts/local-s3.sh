@@ -6,6 +6,9 @@
 #   scripts/local-s3.sh stop DIR                stop the garage started in DIR
 #
 # Ports: S3 API on $MSFS_S3_PORT (default 39000), RPC on +1, admin on +2.
+# Metadata engine: $MSFS_S3_DB_ENGINE, lmdb (default) or sqlite. LMDB holds keys of at most 511
+# bytes, so garage answers 503 to an object key of more than about 470 bytes; with sqlite, keys
+# of any length S3 allows (1,024 bytes) work.
 set -euo pipefail
 
 GARAGE=${GARAGE_BIN:-$(command -v garage || echo "${CARGO_HOME:-$HOME/.cargo}/bin/garage")}
@@ -13,7 +16,7 @@ GARAGE=${GARAGE_BIN:-$(command -v garage || echo "${CARGO_HOME:-$HOME/.cargo}/bi
 ACCESS_KEY=GK6d7366732d64656d6f2d6b31
 SECRET_KEY=6d7366732d64656d6f2d7365637265742d6e6f742d666f722d70726f64756374
 
-usage() { sed -n '2,8p' "$0" >&2; exit 2; }
+usage() { sed -n '2,11p' "$0" >&2; exit 2; }
 
 start() {
     local dir=$1; shift
@@ -29,7 +32,7 @@ start() {
     [ -z "$fresh" ] || cat > "$dir/garage.toml" <<TOML
 metadata_dir = "$dir/meta"
 data_dir = "$dir/data"
-db_engine = "lmdb"
+db_engine = "${MSFS_S3_DB_ENGINE:-lmdb}"
 replication_factor = 1
 rpc_bind_addr = "127.0.0.1:$((port + 1))"
 rpc_public_addr = "127.0.0.1:$((port + 1))"

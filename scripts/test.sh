@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, clippy, the benchmark harness's self-check, unit tests and
 # the integration tests (which start a real garage S3 server on 127.0.0.1 and mount msfs through
-# real FUSE; run as root).
+# real FUSE; run as root), the soak, and the POSIX conformance run (scripts/conformance.sh).
 # Install the prerequisites once with scripts/install-test-deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,3 +23,5 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     MSFS_SOAK_SECS=60 cargo test --locked --test soak -- --ignored
 fi
+# POSIX conformance (pjdfstest against an expected-results file) and fsx on a writable S3 mount.
+bash scripts/conformance.sh

@@ -93,6 +93,7 @@ pub fn write_config(config: &Config) -> WriteConfig {
         multipart_threshold: config.multipart_upload_threshold_bytes,
         commit_workers: config.write_commit_workers,
         dirty_limit: config.write_dirty_limit_bytes,
+        buffer_limit: config.write_buffer_limit_bytes,
         promote: config.cache.write_cache_promotion,
         spill_parent: config.cache.dir_path.clone(),
         journal_parent: None,

@@ -14,19 +14,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Garage, MsfsMount, config_yaml_with, http_get, s3_backend_yaml, yaml_str};
+use common::{Garage, MsfsMount, config_yaml_with, free_port, http_get, s3_backend_yaml, yaml_str};
 
 /// Longest wait for the reload to be refused, and for the failing mount to exit.
 const WAIT: Duration = Duration::from_secs(60);
 const WRONG_SECRET: &str = "wrong-SECRET-5f9c1e2a7b3d4c6e8f0a1b2c3d4e5f60";
 const SESSION_TOKEN: &str = "SESSION-token-0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
 
 /// `backend` with its secret key replaced and a session token added.
 fn with_wrong_secret(backend: &str, garage: &Garage) -> String {

@@ -21,7 +21,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use common::fault_proxy::FaultProxy;
-use common::{Garage, MsfsMount, config_yaml_with, http_get, pattern, read_direct, wait_until};
+use common::{
+    Garage, MsfsMount, config_yaml_with, free_port, http_get, pattern, read_direct, wait_until,
+};
 
 const MIB: usize = 1 << 20;
 const BUCKET: &str = "outage";
@@ -402,13 +404,6 @@ fn outage_duration() -> Duration {
         Err(_) => 60,
     };
     Duration::from_secs(seconds)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
 }
 
 /// Background commit attempts repeated after a failure.

@@ -1,9 +1,10 @@
 //! Soak: a bounded run (`MSFS_SOAK_SECS`, default 600 s) of 8 readers and 4 writers over files of
 //! mixed sizes, on one daemon mount and on four CSI volumes of one plugin at once, against a
 //! real garage through real FUSE. It passes with zero I/O errors, zero corrupt bytes, exactly the
-//! expected objects in the buckets at the end, flat RSS, no growth of file descriptors or threads
-//! under load, and everything the load took (connections, spill files, threads) released once it
-//! is over (`soak/curve.rs` says how each is judged).
+//! expected objects in the buckets at the end, no FUSE request left unanswered past the
+//! no-progress watchdog's bound (`msfs_fuse_requests_stalled_total` stays 0), flat RSS, no growth
+//! of file descriptors or threads under load, and everything the load took (connections, spill
+//! files, threads) released once it is over (`soak/curve.rs` says how each is judged).
 //!
 //! Both tests are ignored by default (they are long):
 //! `cargo nextest run --run-ignored ignored-only --test soak`. The daemon's footprint curve is
@@ -37,7 +38,7 @@ use std::time::Duration;
 use common::csi::{
     CsiPlugin, garage_attributes, garage_secrets, publish_request, unpublish_request,
 };
-use common::{Garage, MsfsMount, config_yaml_with, http_get, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml_with, free_port, http_get, s3_backend_yaml};
 use content::{SeedFile, Volume};
 use load::{Load, Outcome};
 use rng::{Rng, SEED_ENV};
@@ -293,6 +294,17 @@ fn judge(
         counters.join(", ")
     );
     curve::write_report(test, &outcome.samples, &after);
+    // The no-progress watchdog: no request may wait past fuse_request_stall_warn_secs.
+    let stalled = metric_sum(&metrics, "msfs_fuse_requests_stalled_total");
+    let stalled_by_op: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("msfs_fuse_requests_stalled_total{"))
+        .collect();
+    assert!(
+        stalled == 0.0,
+        "{stalled} FUSE requests went unanswered past fuse_request_stall_warn_secs \
+         ({stalled_by_op:?}; the daemon's log names each)\n{table}"
+    );
     let grew = curve::growth(&outcome.samples, end, outcome.duration);
     assert!(grew.is_empty(), "{}\n{table}", grew.join("\n"));
     if let Err(e) = settled {
@@ -313,13 +325,6 @@ fn metric_sum(text: &str, name: &str) -> f64 {
         })
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 fn log_tail(log: &str) -> String {

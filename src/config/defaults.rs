@@ -21,8 +21,15 @@ pub(super) const WRITE_COMMIT_WORKERS: usize = 8;
 /// Uncommitted written bytes held locally (on disk, under `cache_dir_path`) before writers wait.
 pub(super) const WRITE_DIRTY_LIMIT_BYTES: u64 = 4 << 30;
 pub(super) const MIN_WRITE_DIRTY_LIMIT_BYTES: u64 = 64 << 20;
+/// Memory commits in flight may hold, process-wide (ours): about 32 parts' chunks in flight and
+/// whole small bodies. At least 2 MiB, one chunk of a streamed part and its read-ahead.
+pub(super) const WRITE_BUFFER_LIMIT_BYTES: u64 = 256 << 20;
+pub(super) const MIN_WRITE_BUFFER_LIMIT_BYTES: u64 = 2 << 20;
 pub(super) const PROCESS_MEMORY_LIMIT: u64 = 4_294_967_296;
 pub(super) const AUTO_SIGHUP_INTERVAL_SECS: u64 = 0;
+/// A FUSE request unanswered this long is logged and counted (ours; 0 turns it off). Long
+/// enough that a slow store under load never trips it, short enough to be seen in minutes.
+pub(super) const FUSE_REQUEST_STALL_WARN_SECS: u64 = 60;
 
 pub(super) const READONLY: bool = true;
 pub(super) const FLUSH_ON_CLOSE: bool = false;

@@ -46,10 +46,15 @@ pub struct Config {
     pub write_commit_workers: usize,
     /// Written bytes not yet committed, across all files, beyond which writers wait (ours).
     pub write_dirty_limit_bytes: u64,
+    /// Bytes commits in flight may hold in memory, process-wide (ours).
+    pub write_buffer_limit_bytes: u64,
     /// Memory budget for the whole process in bytes; 0 means no limit.
     pub process_memory_limit: u64,
     /// Reload the config file this often, as if sent SIGHUP; `None` disables it.
     pub auto_sighup_interval: Option<Duration>,
+    /// A FUSE request unanswered this long is logged at `warn` and counted; `None` disables
+    /// the watchdog (ours: `fuse_request_stall_warn_secs`).
+    pub fuse_request_stall_warn: Option<Duration>,
     /// Address of the HTTP endpoint serving `/metrics` (top-level key `endpoint`).
     pub metrics_endpoint: Option<String>,
     /// The `opentelemetry` section, when it configures metrics.

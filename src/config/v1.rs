@@ -75,8 +75,10 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         multipart_upload_threshold_bytes: d::MULTIPART_UPLOAD_THRESHOLD_BYTES,
         write_commit_workers: d::WRITE_COMMIT_WORKERS,
         write_dirty_limit_bytes: d::WRITE_DIRTY_LIMIT_BYTES,
+        write_buffer_limit_bytes: d::WRITE_BUFFER_LIMIT_BYTES,
         process_memory_limit: d::PROCESS_MEMORY_LIMIT,
         auto_sighup_interval: None,
+        fuse_request_stall_warn: seconds(d::FUSE_REQUEST_STALL_WARN_SECS),
         metrics_endpoint: None,
         telemetry: None,
         backends: Vec::new(),
@@ -124,9 +126,21 @@ pub(super) fn parse_v1(
             "must be at least 67108864 (64 MiB)",
         ));
     }
+    c.write_buffer_limit_bytes =
+        s.int_or("write_buffer_limit_bytes", d::WRITE_BUFFER_LIMIT_BYTES)?;
+    if c.write_buffer_limit_bytes < d::MIN_WRITE_BUFFER_LIMIT_BYTES {
+        return Err(s.invalid(
+            "write_buffer_limit_bytes",
+            "must be at least 2097152 (2 MiB)",
+        ));
+    }
     c.process_memory_limit = s.int_or("process_memory_limit", d::PROCESS_MEMORY_LIMIT)?;
     c.auto_sighup_interval =
         seconds(s.int_or("auto_sighup_interval", d::AUTO_SIGHUP_INTERVAL_SECS)?);
+    c.fuse_request_stall_warn = seconds(s.int_or(
+        "fuse_request_stall_warn_secs",
+        d::FUSE_REQUEST_STALL_WARN_SECS,
+    )?);
     let endpoint = s.str_or("endpoint", "")?;
     if !endpoint.is_empty() {
         check_url(&s, "endpoint", &endpoint)?;
@@ -153,7 +167,7 @@ pub(super) fn parse_v1(
     Ok(c)
 }
 
-/// 0 means "off" for the periodic reload.
+/// 0 means "off" for the periodic reload and the stall watchdog.
 pub(super) fn seconds(secs: u64) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }

@@ -41,14 +41,10 @@ pub enum CsiError {
     },
     /// Written files of the volume could not be committed at unpublish.
     #[error(
-        "{files} written file(s) of volume {volume_id} could not be committed yet ({first}); \
-         they are kept and retried, and the volume stays mounted until they land"
+        "written files of volume {volume_id} could not be committed yet ({detail}); they are \
+         kept and retried, and the volume stays mounted until they land"
     )]
-    WritesPending {
-        volume_id: String,
-        files: usize,
-        first: String,
-    },
+    WritesPending { volume_id: String, detail: String },
     /// The Kubernetes API refused (`denied`) or could not answer the lookup of the pod's
     /// ServiceAccount, for `authenticationSource: pod` without `roleArn`.
     #[error("ServiceAccount {namespace}/{name}: {message}")]

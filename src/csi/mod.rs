@@ -16,6 +16,7 @@ mod error;
 #[cfg(test)]
 mod fuzz_tests;
 mod identity;
+mod locks;
 mod mounts;
 mod node;
 pub mod proto;
@@ -79,32 +80,65 @@ fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
 
 /// Binds the socket, creating its directory and replacing a stale socket file from a previous
 /// run; refuses when another plugin still answers on it.
+///
+/// Whoever can connect can publish volumes: mount buckets on the node, with the plugin's own
+/// credentials too. Only the kubelet and the node-driver-registrar (root) may, so the socket is
+/// 0660 whatever the umask of the container (bind leaves the mode to the umask, and connecting
+/// needs write permission: 0755 under the usual 022 keeps others out, a umask of 0 lets everyone
+/// in). And it is never reachable with any other mode: it is bound in a private (0700) directory
+/// beside its path, restricted there, and only then renamed onto its path, which also replaces a
+/// stale socket in one step.
 fn bind_socket(path: &Path) -> Result<UnixListener, String> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(format!("{}: not a socket path", path.display()));
+    };
+    std::fs::create_dir_all(parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    if std::fs::symlink_metadata(path).is_ok()
+        && std::os::unix::net::UnixStream::connect(path).is_ok()
+    {
+        return Err(format!(
+            "{} is in use by a running plugin; stop it first",
+            path.display()
+        ));
     }
-    if std::fs::symlink_metadata(path).is_ok() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(format!(
-                "{} is in use by a running plugin; stop it first",
-                path.display()
-            ));
-        }
-        std::fs::remove_file(path)
-            .map_err(|e| format!("cannot replace stale socket {}: {e}", path.display()))?;
-    }
-    let listener = UnixListener::bind(path)
+    let mut hidden = std::ffi::OsString::from(".");
+    hidden.push(name);
+    hidden.push(format!(".{}", std::process::id()));
+    let private = parent.join(hidden);
+    // Left by a plugin of the same PID killed between bind and rename (PID 1 in a container).
+    remove_private_dir(&private);
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&private)
+        .map_err(|e| format!("cannot create {}: {e}", private.display()))?;
+    // A short name inside: the socket path (at most 107 bytes) grows as little as possible.
+    let bound_at = private.join("s");
+    let bound = bind_restricted(&bound_at, path);
+    remove_private_dir(&private);
+    bound
+}
+
+/// Binds at `bound_at`, sets mode 0660 and renames the socket to `path`.
+fn bind_restricted(bound_at: &Path, path: &Path) -> Result<UnixListener, String> {
+    let listener = UnixListener::bind(bound_at)
         .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-    // Whoever can connect can publish volumes: mount buckets on the node, with the plugin's
-    // own credentials too. Only the kubelet and the node-driver-registrar (root) may.
-    // bind leaves the mode to the umask (connecting needs write permission: 0755 under the
-    // usual 022 keeps others out, a umask of 0 lets everyone in), so it is set here, whatever
-    // the umask of the container.
     let owner_and_group_only = std::os::unix::fs::PermissionsExt::from_mode(0o660);
-    std::fs::set_permissions(path, owner_and_group_only)
-        .map_err(|e| format!("cannot restrict {} to mode 0660: {e}", path.display()))?;
+    std::fs::set_permissions(bound_at, owner_and_group_only)
+        .map_err(|e| format!("cannot restrict {} to mode 0660: {e}", bound_at.display()))?;
+    std::fs::rename(bound_at, path).map_err(|e| {
+        format!(
+            "cannot move the socket {} to {}: {e}",
+            bound_at.display(),
+            path.display()
+        )
+    })?;
     Ok(listener)
+}
+
+/// Removes `bind_socket`'s private directory and the socket in it, if any; best effort.
+fn remove_private_dir(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("s"));
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Runs the plugin until SIGTERM or SIGINT; then commits and unmounts every volume it serves,
@@ -141,6 +175,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
             staging_dir,
             fuse_workers: options.config.fuse_workers,
             max_volumes: options.max_volumes,
+            fuse_stall_warn: options.config.fuse_request_stall_warn,
         },
         state,
     ));
@@ -243,5 +278,54 @@ mod tests {
         );
         assert!(socket_path("unix://csi.sock").is_err());
         assert!(socket_path("tcp://127.0.0.1:1").is_err());
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(path)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    /// The directory's entries, by name.
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn the_socket_appears_at_its_path_already_restricted_and_nothing_else_is_left() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("csi/csi.sock");
+        let listener = bind_socket(&path).expect("bind");
+        assert_eq!(mode(&path), 0o660);
+        assert_eq!(entries(&dir.path().join("csi")), ["csi.sock"]);
+        // Bound under another name, it still accepts at its path.
+        let client = tokio::net::UnixStream::connect(&path)
+            .await
+            .expect("connect");
+        let (_server, _) = listener.accept().await.expect("accept");
+        drop(client);
+    }
+
+    #[tokio::test]
+    async fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("csi.sock");
+        let live = bind_socket(&path).expect("bind");
+        let refused = bind_socket(&path).expect_err("a second plugin on a live socket");
+        assert!(refused.contains("in use by a running plugin"), "{refused}");
+        drop(live); // the file stays, as after a killed plugin
+        assert!(path.exists());
+        let _replaced = bind_socket(&path).expect("bind over a stale socket");
+        assert_eq!(mode(&path), 0o660);
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+        assert_eq!(entries(dir.path()), ["csi.sock"]);
     }
 }

@@ -1,9 +1,10 @@
 //! The published volumes of this node: one in-process FUSE session per target, all on the
 //! process-wide engines.
 //!
-//! Calls for one volume id are serialized by a per-volume lock; calls for different volumes run
-//! concurrently. A volume whose backend is its root (one backend, no `dirName`) is mounted at a
-//! private staging directory and its backend directory bind-mounted onto the target.
+//! Calls for one volume id are serialized by a per-volume lock ([`VolumeLocks`], which forgets
+//! a volume once no call holds or waits for it); calls for different volumes run concurrently.
+//! A volume whose backend is its root (one backend, no `dirName`) is mounted at a private
+//! staging directory and its backend directory bind-mounted onto the target.
 
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
@@ -16,6 +17,7 @@ use tokio::runtime::Handle;
 
 use super::credentials::{AuthSettings, AuthSource, Keys};
 use super::error::CsiError;
+use super::locks::VolumeLocks;
 use super::mounts;
 use super::proto::volume_capability::access_mode::Mode;
 use super::request::{PublishArgs, publish_args};
@@ -33,6 +35,10 @@ const RENEW_BEFORE_EXPIRY: Duration = Duration::from_secs(15 * 60);
 const ENTRY_TTL: Duration = Duration::from_secs(10);
 /// Largest write request the kernel sends.
 const MAX_WRITE: u32 = 1 << 20;
+/// How long an unpublish waits for the volume's pending writes to land before it answers
+/// UNAVAILABLE (the commits go on; the kubelet asks again). Well inside the kubelet's own
+/// deadline for the call, so a store that does not answer never hangs it.
+const UNPUBLISH_COMMIT_WAIT: Duration = Duration::from_secs(30);
 
 /// Settings shared by every volume of the plugin.
 #[derive(Debug, Clone)]
@@ -43,6 +49,8 @@ pub struct NodeSettings {
     pub fuse_workers: usize,
     /// At most this many published targets (0: no limit).
     pub max_volumes: usize,
+    /// FUSE requests unanswered this long are logged and counted (`None`: no watchdog).
+    pub fuse_stall_warn: Option<Duration>,
 }
 
 struct Published {
@@ -66,7 +74,7 @@ pub struct Volumes {
     published: Mutex<HashMap<PathBuf, Published>>,
     /// What was published, on disk, for a restarted plugin.
     state: PublishedState,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: VolumeLocks,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -133,15 +141,8 @@ impl Volumes {
             settings,
             published: Mutex::new(HashMap::new()),
             state,
-            locks: Mutex::new(HashMap::new()),
+            locks: VolumeLocks::default(),
         }
-    }
-
-    fn volume_lock(&self, volume_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        lock(&self.locks)
-            .entry(volume_id.to_string())
-            .or_default()
-            .clone()
     }
 
     /// Whether volume `volume_id` is published at `target`.
@@ -162,8 +163,7 @@ impl Volumes {
         secrets: &HashMap<String, String>,
         context: &HashMap<String, String>,
     ) -> Result<(), CsiError> {
-        let volume_lock = self.volume_lock(&args.volume_id);
-        let _serialized = volume_lock.lock().await;
+        let _serialized = self.locks.lock(&args.volume_id).await;
         let source = credential_source(&args.attributes.auth, secrets, context);
         let renew = {
             let published = lock(&self.published);
@@ -243,6 +243,7 @@ impl Volumes {
             workers: self.settings.fuse_workers,
             read_only: configs.iter().all(|c| c.readonly),
             max_write: MAX_WRITE,
+            stall_warn: self.settings.fuse_stall_warn,
         };
         let runtime = self.runtime.clone();
         let fs_for_session = fs.clone();
@@ -355,8 +356,7 @@ impl Volumes {
     /// Unmounts `target` (lazily if busy), commits pending writes and removes the target
     /// directory. An absent or already unmounted target is fine.
     pub async fn unpublish(&self, volume_id: &str, target: &Path) -> Result<(), CsiError> {
-        let volume_lock = self.volume_lock(volume_id);
-        let _serialized = volume_lock.lock().await;
+        let _serialized = self.locks.lock(volume_id).await;
         let published = lock(&self.published).remove(target);
         match published {
             Some(published) => {
@@ -394,7 +394,8 @@ impl Volumes {
 
     /// Commits what the volume's files hold before its mount goes away. A file that cannot be
     /// committed stays dirty and is retried in the background, and the unpublish fails (the
-    /// kubelet calls it again) rather than unmount over an unsaved write.
+    /// kubelet calls it again) rather than unmount over an unsaved write. Commits still running
+    /// after `UNPUBLISH_COMMIT_WAIT` go on in the background, and the unpublish fails the same.
     async fn commit_pending(&self, published: &Published) -> Result<(), CsiError> {
         let namespaces: Vec<(String, String)> = published
             .fs
@@ -405,15 +406,33 @@ impl Volumes {
                 (settings.store.id().to_string(), settings.prefix.clone())
             })
             .collect();
-        let failed = self
-            .engines
-            .writes
-            .drain_matching(|file| {
-                namespaces
-                    .iter()
-                    .any(|(store, prefix)| file.store.id() == store && file.key.starts_with(prefix))
-            })
-            .await;
+        let writes = self.engines.writes.clone();
+        let drain = tokio::spawn(async move {
+            writes
+                .drain_matching(|file| {
+                    namespaces.iter().any(|(store, prefix)| {
+                        file.store.id() == store && file.key.starts_with(prefix)
+                    })
+                })
+                .await
+        });
+        let pending = |detail: String| CsiError::WritesPending {
+            volume_id: published.volume_id.clone(),
+            detail,
+        };
+        let failed = match tokio::time::timeout(UNPUBLISH_COMMIT_WAIT, drain).await {
+            Ok(Ok(failed)) => failed,
+            Ok(Err(e)) => return Err(pending(format!("the commit task failed: {e}"))),
+            Err(_) => {
+                tracing::warn!(volume_id = %published.volume_id,
+                    waited = ?UNPUBLISH_COMMIT_WAIT,
+                    "written files of the volume are still being committed at unpublish");
+                return Err(pending(format!(
+                    "still being committed after {} s",
+                    UNPUBLISH_COMMIT_WAIT.as_secs()
+                )));
+            }
+        };
         let Some((_, first)) = failed.first() else {
             return Ok(());
         };
@@ -422,11 +441,10 @@ impl Volumes {
                 key = %file.key, error = %error,
                 "cannot commit a written file at unpublish; kept dirty and retried");
         }
-        Err(CsiError::WritesPending {
-            volume_id: published.volume_id.clone(),
-            files: failed.len(),
-            first: first.to_string(),
-        })
+        Err(pending(format!(
+            "{} file(s); the first: {first}",
+            failed.len()
+        )))
     }
 
     async fn unmount(&self, mut published: Published, target: &Path) -> Result<(), CsiError> {
@@ -513,8 +531,7 @@ impl Volumes {
             .map(|(t, p)| (p.volume_id.clone(), t.clone()))
             .collect();
         for (volume_id, target) in targets {
-            let volume_lock = self.volume_lock(&volume_id);
-            let _serialized = volume_lock.lock().await;
+            let _serialized = self.locks.lock(&volume_id).await;
             let Some(published) = lock(&self.published).remove(&target) else {
                 continue;
             };

@@ -7,6 +7,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use tokio::runtime::Handle;
@@ -29,6 +30,9 @@ pub struct SessionOptions {
     pub read_only: bool,
     /// Largest write request the kernel sends.
     pub max_write: u32,
+    /// Requests unanswered this long are logged and counted (`fuse_request_stall_warn_secs`;
+    /// `None`: no watchdog).
+    pub stall_warn: Option<Duration>,
 }
 
 impl SessionOptions {
@@ -81,7 +85,8 @@ impl MountedSession {
         path: &Path,
         options: &SessionOptions,
     ) -> io::Result<MountedSession> {
-        let adapter = FuseAdapter::new(fs, runtime, options.max_write);
+        let adapter = FuseAdapter::new(fs, runtime, options.max_write)
+            .watch_stalls(options.stall_warn, &options.name);
         let mut session = Session::new(adapter, path, &options.fuser_config())?;
         let unmounter = session.unmount_callable();
         let notifier = session.notifier();

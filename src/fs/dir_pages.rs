@@ -1,7 +1,8 @@
 //! The entries of an open directory, as `readdir` walks them by offset.
 //!
-//! A live directory is listed whole at `opendir` (a LIST must be read to its end anyway, and a
-//! snapshot keeps offsets stable). A manifest directory may hold millions of entries, so it is
+//! A live directory is listed whole at `opendir` (a snapshot keeps offsets stable) unless it has
+//! more than `listing::WHOLE_LISTING_MAX` entries: then it is read a LIST page at a time
+//! (`live_pages`). A manifest directory may hold millions of entries, so it is
 //! read from the manifest a page at a time as the kernel asks: memory per open directory stays
 //! at one page plus what this mount changed in it (delta log, files being written, names
 //! unlinked while open), which is fixed at `opendir` and merged in name order.
@@ -12,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use super::DirEntry;
 use super::listing::{ChildKind, valid_name};
+use super::live_pages::LivePages;
 use super::manifest_listing::child_kind;
 use crate::manifest::namespace::{Manifest, ManifestError};
 
@@ -23,6 +25,9 @@ pub(super) enum DirEntries {
     Loaded(Arc<Vec<DirEntry>>),
     /// Read from a manifest a page at a time.
     Paged(Mutex<ManifestPages>),
+    /// A live directory too large to list whole, read from the store a page at a time
+    /// (`Fs::readdir_prepare` fetches what `get` then answers).
+    Live(Arc<LivePages>),
 }
 
 impl DirEntries {
@@ -37,6 +42,7 @@ impl DirEntries {
                 .take(limit)
                 .cloned()
                 .collect()),
+            DirEntries::Live(pages) => Ok(pages.get(from, limit)),
             DirEntries::Paged(pages) => {
                 let mut pages = pages.lock().unwrap_or_else(|p| p.into_inner());
                 let mut out = Vec::with_capacity(limit.min(PAGE));

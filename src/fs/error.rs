@@ -70,6 +70,12 @@ impl FsError {
                 {
                     libc::ENOSPC
                 }
+                // The local spill filesystem's own limit (ext4: 16 TiB) can be below the store's.
+                WriteError::Spill { source }
+                    if source.kind() == std::io::ErrorKind::FileTooLarge =>
+                {
+                    libc::EFBIG
+                }
                 WriteError::TooLarge { .. } => libc::EFBIG,
                 WriteError::Deleted => libc::ENOENT,
                 // Includes a failed earlier commit reported to fsync: the data is kept and

@@ -13,6 +13,9 @@ use crate::store::{ListRequest, ObjectMeta, StoreError};
 
 /// The longest name most Linux filesystems and tools accept.
 pub const NAME_MAX: usize = 255;
+/// A live directory with more entries than this is read a page at a time (`live_pages`)
+/// instead of being listed whole at `opendir`.
+pub const WHOLE_LISTING_MAX: usize = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileMeta {
@@ -57,11 +60,14 @@ pub fn child_path(dir: &str, name: &str) -> String {
     }
 }
 
-/// Every entry of directory `path`, by name. Reads all pages of the listing.
+/// Every entry of directory `path`, by name, reading pages of the listing until it ends; `None`
+/// as soon as it holds more than `max_entries` (the caller reads it a page at a time instead,
+/// or only needed to know it is not empty).
 pub async fn list_dir(
     backend: &BackendSettings,
     path: &str,
-) -> Result<BTreeMap<String, ChildKind>, StoreError> {
+    max_entries: usize,
+) -> Result<Option<BTreeMap<String, ChildKind>>, StoreError> {
     let prefix = backend.dir_prefix_of(path);
     let mut children = BTreeMap::new();
     let mut token = None;
@@ -92,9 +98,12 @@ pub async fn list_dir(
                     .or_insert_with(|| ChildKind::File(FileMeta::from(object)));
             }
         }
+        if children.len() > max_entries {
+            return Ok(None);
+        }
         match page.next {
             Some(next) => token = Some(next),
-            None => return Ok(children),
+            None => return Ok(Some(children)),
         }
     }
 }

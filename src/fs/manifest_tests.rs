@@ -94,6 +94,7 @@ impl Fixture {
             multipart_threshold: 64 << 20,
             commit_workers: 2,
             dirty_limit: 1 << 30,
+            buffer_limit: 256 << 20,
             promote: false,
             spill_parent: Some(self._spill.path().to_path_buf()),
             journal_parent: None,

@@ -4,12 +4,22 @@
 //! namespace comes live from the backend's store (see [`listing`]). Nothing here knows about
 //! FUSE: the adapter in `crate::fuse` only translates, so everything is testable without a mount.
 //! No lock is held across an await; store calls run on tokio tasks spawned by the adapter.
+//!
+//! Where things live: lookups, attributes, opens, reads and the per-name records here;
+//! directories (`opendir`/`readdir`) in `dir_ops`, over `dir_pages` (manifest) and `live_pages`
+//! (large live directories); creating, writing, renaming and removing in `write_ops`.
+//!
+//! Lock order, where two are held at once: `unlinked` before `files` (the check for open
+//! handles and the record of an unlinked name are one step for `unlink` and `release`), and
+//! `removed` before `dirs`. Every other map is locked alone.
 
 mod backend;
+mod dir_ops;
 mod dir_pages;
 mod error;
 mod inode;
 mod listing;
+mod live_pages;
 mod manifest_listing;
 mod stream;
 mod write_ops;
@@ -30,16 +40,17 @@ pub use write_ops::{RenameFlags, SetAttr};
 use crate::cache::ObjectVersion;
 use crate::engines::Engines;
 use crate::manifest::delta::Change;
-use crate::manifest::namespace::{Manifest, ManifestError};
+use crate::manifest::namespace::ManifestError;
 use crate::store::ObjectStore;
 use crate::write::{DirtyFile, DirtyMeta, Target};
-use dir_pages::{DirEntries, ManifestPages};
+use dir_pages::DirEntries;
 use inode::{InodeTable, Node};
 use stream::SequentialDetector;
 
 pub type Result<T> = std::result::Result<T, FsError>;
 
-/// Negative lookups remembered at most; past this the memory is cleared rather than grown.
+/// Negative lookups remembered at most (least recently used go first), and the size past which
+/// the other per-name records (`written`, `dir_changed`, `removed`) are pruned.
 const NEGATIVE_CACHE_LIMIT: usize = 65_536;
 /// Entries taken from an open directory at a time while filling one readdir reply.
 const READDIR_CHUNK: usize = 128;
@@ -70,6 +81,8 @@ pub struct Attr {
     pub perm: u16,
     pub uid: u32,
     pub gid: u32,
+    /// Links to it: 2 for a directory, 1 for a file, 0 for a file unlinked while open.
+    pub nlink: u32,
 }
 
 /// One entry of a directory listing as handed to the kernel.
@@ -135,8 +148,12 @@ pub struct Fs {
     /// Recent full listings, which answer lookups without another request.
     listings: Mutex<HashMap<u64, DirSnapshot>>,
     /// Names known to be absent, by (directory, name), with since when: a lookup miss, or a
-    /// name this mount removed (unlink, rmdir, rename away).
-    negative: Mutex<HashMap<(u64, String), Instant>>,
+    /// name this mount removed. A bounded LRU: forgetting a miss only costs a request.
+    negative: Mutex<lru::LruCache<(u64, String), Instant>>,
+    /// Names this mount removed (unlink, rmdir, rename away), with when: an open directory
+    /// listing taken before then must not show them. Kept apart from `negative`, whose
+    /// evictions must never bring a removed name back; pruned of what no open listing predates.
+    removed: Mutex<HashMap<(u64, String), Instant>>,
     /// When this mount last changed each directory's entries: a listing asked for before that
     /// is not cached.
     dir_changed: Mutex<HashMap<u64, Instant>>,
@@ -149,6 +166,8 @@ pub struct Fs {
     files: Mutex<HashMap<u64, Arc<FileHandle>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     next_handle: AtomicU64,
+    /// Live directories with more entries are read a page at a time (see `live_pages`).
+    whole_listing_max: usize,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it: every critical section
@@ -168,14 +187,25 @@ impl Fs {
             backends: RwLock::new(backends),
             inodes: Mutex::new(InodeTable::new()),
             listings: Mutex::new(HashMap::new()),
-            negative: Mutex::new(HashMap::new()),
+            negative: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(NEGATIVE_CACHE_LIMIT).expect("a non-zero limit"),
+            )),
+            removed: Mutex::new(HashMap::new()),
             dir_changed: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             unlinked: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
+            whole_listing_max: listing::WHOLE_LISTING_MAX,
         }
+    }
+
+    /// Sets how many entries a live directory may have to be listed whole (tests).
+    #[cfg(test)]
+    pub(crate) fn with_whole_listing_max(mut self, max: usize) -> Fs {
+        self.whole_listing_max = max;
+        self
     }
 
     pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
@@ -259,6 +289,7 @@ impl Fs {
             (None, _) => Attr {
                 ino: node.ino,
                 kind: Kind::Dir,
+                nlink: 2,
                 size: 0,
                 mtime: self.mounted_at,
                 perm: self.options.dir_perm,
@@ -270,6 +301,7 @@ impl Fs {
                 Attr {
                     ino: node.ino,
                     kind: Kind::Dir,
+                    nlink: 2,
                     size: 0,
                     mtime: self.mounted_at,
                     perm: b.dir_perm,
@@ -282,6 +314,7 @@ impl Fs {
                 Attr {
                     ino: node.ino,
                     kind: Kind::File,
+                    nlink: 1,
                     size: meta.size,
                     mtime: meta.mtime,
                     perm: b.file_perm,
@@ -321,12 +354,16 @@ impl Fs {
         backend: Arc<Backend>,
         name: &str,
     ) -> Result<(Arc<Backend>, String, ChildKind)> {
+        if name.len() > listing::NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
         if !valid_name(name) {
             return Err(FsError::NotFound);
         }
         let path = listing::child_path(&dir.path, name);
         let settings = backend.settings();
         let key = settings.key_of(&path);
+        check_key_len(&key)?;
         if self.is_unlinked(settings.store.id(), &key) {
             return Err(FsError::NotFound);
         }
@@ -371,7 +408,16 @@ impl Fs {
     /// Attributes of `ino`; a file's are re-read from the store once they are older than the TTL.
     pub async fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.refreshed(ino).await?;
-        Ok(self.attr_of(&node))
+        let mut attr = self.attr_of(&node);
+        if let Some(backend) = &node.backend
+            && node.file().is_some()
+        {
+            let settings = backend.settings();
+            if self.is_unlinked(settings.store.id(), &settings.key_of(&node.path)) {
+                attr.nlink = 0;
+            }
+        }
+        Ok(attr)
     }
 
     /// The node, with a file's metadata confirmed by a HEAD if it is older than the TTL.
@@ -388,6 +434,21 @@ impl Fs {
             let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
             node.kind = pending_kind(file.meta());
             node.refreshed = Instant::now();
+            return Ok(node.clone());
+        }
+        // Unlinked while open: the store's object is the old one (or none), not this file any
+        // more. What the open handles hold is its content: a write handle's file, else the
+        // metadata it was opened with.
+        if self.is_unlinked(settings.store.id(), &key) {
+            let written = lock(&self.files)
+                .values()
+                .filter(|h| h.ino == ino)
+                .find_map(|h| h.dirty.clone());
+            let mut inodes = lock(&self.inodes);
+            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+            if let Some(file) = written {
+                node.kind = pending_kind(file.meta());
+            }
             return Ok(node.clone());
         }
         // An empty ETag marks metadata last seen in the write engine, which has let go of the
@@ -576,15 +637,15 @@ impl Fs {
             self.engines.writes.commit_in_background(file);
             self.engines.writes.release(file);
         }
-        let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
-        if still_open {
-            return;
-        }
+        // Whether this was the last handle, and taking the unlinked record if so, happen under
+        // the `unlinked` lock, which `unlink` holds while it checks for open handles and records
+        // the name: so exactly one of the two deletes the object, never neither.
         let doomed = {
             let mut unlinked = lock(&self.unlinked);
+            let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
             let id = (handle.store.id().to_string(), handle.version.key.clone());
             match unlinked.get(&id) {
-                Some(u) if u.ino == handle.ino => unlinked.remove(&id),
+                Some(u) if u.ino == handle.ino && !still_open => unlinked.remove(&id),
                 _ => None,
             }
         };
@@ -602,155 +663,12 @@ impl Fs {
         }
     }
 
-    /// Opens a directory. A live one is listed whole now, so errors surface here and offsets are
-    /// stable for the handle's life; a manifest one is read page by page as `readdir` asks.
-    pub async fn opendir(&self, ino: u64) -> Result<u64> {
-        let node = self.node(ino)?;
-        if !node.is_dir() {
-            return Err(FsError::NotADirectory);
-        }
-        let loaded = |entries: Vec<DirEntry>| DirEntries::Loaded(Arc::new(entries));
-        let mut listed_at = None;
-        let entries = match &node.backend {
-            None => loaded(
-                self.backends()
-                    .iter()
-                    .map(|b| DirEntry {
-                        name: b.dir_name.clone(),
-                        kind: ChildKind::Dir,
-                    })
-                    .collect(),
-            ),
-            Some(backend) => {
-                let settings = backend.settings();
-                match &settings.manifest {
-                    Some(manifest) => DirEntries::Paged(Mutex::new(ManifestPages::new(
-                        manifest.clone(),
-                        node.path.clone(),
-                        self.mount_changes(&settings, manifest, &node.path),
-                    ))),
-                    None => {
-                        let (children, at) = match self.fresh_listing(ino) {
-                            Some(snapshot) => snapshot,
-                            None => self.load_listing(ino, backend, &node.path).await?,
-                        };
-                        listed_at = Some(at);
-                        loaded(
-                            children
-                                .iter()
-                                .map(|(name, kind)| DirEntry {
-                                    name: name.clone(),
-                                    kind: kind.clone(),
-                                })
-                                .collect(),
-                        )
-                    }
-                }
-            }
-        };
-        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let handle = DirHandle {
-            ino,
-            parent: node.parent,
-            entries,
-            listed_at,
-        };
-        lock(&self.dirs).insert(fh, Arc::new(handle));
-        Ok(fh)
-    }
-
-    /// How this mount has changed manifest directory `path`: the delta log's records, files
-    /// being written (shown), and names unlinked while open (hidden).
-    fn mount_changes(
-        &self,
-        settings: &BackendSettings,
-        manifest: &Manifest,
-        path: &str,
-    ) -> BTreeMap<String, Option<ChildKind>> {
-        let mut changes: BTreeMap<String, Option<ChildKind>> = manifest
-            .overlay_children(path)
-            .into_iter()
-            .map(|(name, kind)| (name, kind.map(manifest_listing::child_kind)))
-            .collect();
-        let store_id = settings.store.id();
-        let prefix = settings.dir_prefix_of(path);
-        for (name, file) in self.engines.writes.files_in(store_id, &prefix) {
-            if !matches!(changes.get(&name), Some(Some(ChildKind::Dir))) {
-                changes.insert(name, Some(pending_kind(file)));
-            }
-        }
-        let unlinked = lock(&self.unlinked);
-        for (id, key) in unlinked.keys() {
-            if id == store_id
-                && let Some(name) = key.strip_prefix(&prefix)
-                && !name.contains('/')
-            {
-                changes.insert(name.to_string(), None);
-            }
-        }
-        changes
-    }
-
-    async fn load_listing(
-        &self,
-        ino: u64,
-        backend: &Backend,
-        path: &str,
-    ) -> Result<(Arc<BTreeMap<String, ChildKind>>, Instant)> {
-        let settings = backend.settings();
-        let started = Instant::now();
-        // Files being written before the LIST are marked too: one committed (and let go by the
-        // write engine) while the LIST ran may be listed with its old version.
-        let before = self
-            .engines
-            .writes
-            .files_in(settings.store.id(), &settings.dir_prefix_of(path));
-        let mut children = listing::list_dir(&settings, path)
-            .await
-            .map_err(|e| Self::store_error(backend, e))?;
-        self.overlay_writes(&settings, path, before, &mut children);
-        let children = Arc::new(children);
-        // A change made while the LIST ran may be missing from it: good enough for the one
-        // `opendir` that asked (as for any listing racing a change), not to answer others.
-        if !self.dir_changed_since(ino, started) {
-            lock(&self.listings).insert(
-                ino,
-                DirSnapshot {
-                    children: children.clone(),
-                    fetched: started,
-                },
-            );
-        }
-        Ok((children, started))
-    }
-
-    /// Shows files being written (which may not exist in the store yet) and hides objects
-    /// unlinked while open (which still do).
-    fn overlay_writes(
-        &self,
-        settings: &BackendSettings,
-        path: &str,
-        before: Vec<(String, DirtyMeta)>,
-        children: &mut BTreeMap<String, ChildKind>,
-    ) {
-        let store_id = settings.store.id();
-        let prefix = settings.dir_prefix_of(path);
-        let now = self.engines.writes.files_in(store_id, &prefix);
-        for (name, file) in before.into_iter().chain(now) {
-            if !matches!(children.get(&name), Some(ChildKind::Dir)) {
-                children.insert(name, pending_kind(file));
-            }
-        }
-        let unlinked = lock(&self.unlinked);
-        children.retain(|name, _| {
-            !unlinked.contains_key(&(store_id.to_string(), format!("{prefix}{name}")))
-        });
-    }
-
     /// Forgets what is known of directory `dir` and of `name` in it, after a change there.
     fn invalidate_entry(&self, dir: u64, name: &str) {
         lock(&self.listings).remove(&dir);
-        lock(&self.negative).remove(&(dir, name.to_string()));
+        let entry = (dir, name.to_string());
+        lock(&self.negative).pop(&entry);
+        lock(&self.removed).remove(&entry);
         let mut changed = lock(&self.dir_changed);
         if changed.len() >= NEGATIVE_CACHE_LIMIT {
             let ttl = self.options.ttl;
@@ -764,6 +682,14 @@ impl Fs {
     fn note_removed(&self, dir: u64, name: &str) {
         self.invalidate_entry(dir, name);
         self.remember_missing(dir, name);
+        let now = Instant::now();
+        let mut removed = lock(&self.removed);
+        if removed.len() >= NEGATIVE_CACHE_LIMIT {
+            // Only listings still open can show a removed name: keep what one of them predates.
+            let oldest_listing = lock(&self.dirs).values().filter_map(|h| h.listed_at).min();
+            removed.retain(|_, at| oldest_listing.is_some_and(|oldest| *at >= oldest));
+        }
+        removed.insert((dir, name.to_string()), now);
     }
 
     fn dir_changed_since(&self, dir: u64, since: Instant) -> bool {
@@ -774,7 +700,7 @@ impl Fs {
 
     /// Whether this mount removed `name` from `dir` after `since`.
     fn removed_since(&self, dir: u64, name: &str, since: Instant) -> bool {
-        lock(&self.negative)
+        lock(&self.removed)
             .get(&(dir, name.to_string()))
             .is_some_and(|at| *at >= since)
     }
@@ -788,170 +714,24 @@ impl Fs {
     }
 
     fn recently_missing(&self, parent: u64, name: &str) -> bool {
-        let negative = lock(&self.negative);
+        let mut negative = lock(&self.negative);
         negative
             .get(&(parent, name.to_string()))
             .is_some_and(|at| at.elapsed() < self.options.ttl)
     }
 
     fn remember_missing(&self, parent: u64, name: &str) {
-        let mut negative = lock(&self.negative);
-        if negative.len() >= NEGATIVE_CACHE_LIMIT {
-            negative.clear();
-        }
-        negative.insert((parent, name.to_string()), Instant::now());
+        lock(&self.negative).put((parent, name.to_string()), Instant::now());
     }
+}
 
-    /// Entries of an open directory from `offset` on, each handed to `sink` with its offset (the
-    /// one the kernel passes back to continue after it) until `sink` returns false because the
-    /// reply buffer is full. With `plus`, each accepted child entry takes a kernel reference, as
-    /// readdirplus requires. The last argument of `sink` says whether the kernel may cache the
-    /// entry and its attributes for the TTL (false: they may predate this mount's own write).
-    pub fn readdir(
-        &self,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        mut sink: impl FnMut(u64, &str, Attr, bool) -> bool,
-    ) -> Result<()> {
-        let handle = lock(&self.dirs)
-            .get(&fh)
-            .cloned()
-            .ok_or(FsError::BadHandle(fh))?;
-        let dir = self.node(handle.ino)?;
-        let parent_attr = self
-            .node(handle.parent)
-            .map(|p| self.attr_of(&p))
-            .unwrap_or_else(|_| self.attr_of(&dir));
-        let dot_entries = [(".", self.attr_of(&dir)), ("..", parent_attr)];
-        let mut index = offset;
-        while let Some((name, attr)) = dot_entries.get(index as usize) {
-            index += 1;
-            if !sink(index, name, attr.clone(), true) {
-                return Ok(());
-            }
-        }
-        loop {
-            let chunk =
-                handle
-                    .entries
-                    .get(index - 2, READDIR_CHUNK)
-                    .map_err(|e| match &dir.backend {
-                        Some(backend) => Self::manifest_error(backend, e),
-                        None => FsError::Invalid("the mount root has no manifest"),
-                    })?;
-            if chunk.is_empty() {
-                return Ok(());
-            }
-            for entry in &chunk {
-                index += 1;
-                // None: the backend was removed from under the root, or this mount removed the
-                // name after the listing was taken; skip it.
-                let Some((attr, trusted)) = self.entry_attr(&dir, entry, plus, handle.listed_at)
-                else {
-                    continue;
-                };
-                if !sink(index, &entry.name, attr.clone(), trusted) {
-                    if plus {
-                        self.forget(attr.ino, 1);
-                    }
-                    return Ok(());
-                }
-            }
-        }
+/// Refuses a key the store cannot hold (S3: 1,024 bytes) with ENAMETOOLONG, as a local
+/// filesystem refuses a path past PATH_MAX.
+fn check_key_len(key: &str) -> Result<()> {
+    if key.len() > crate::store::MAX_KEY_LEN {
+        return Err(FsError::NameTooLong);
     }
-
-    fn entry_attr(
-        &self,
-        dir: &Node,
-        entry: &DirEntry,
-        plus: bool,
-        listed_at: Option<Instant>,
-    ) -> Option<(Attr, bool)> {
-        let backend = match &dir.backend {
-            Some(b) => b.clone(),
-            None => self
-                .backends()
-                .into_iter()
-                .find(|b| b.dir_name == entry.name)?,
-        };
-        if listed_at.is_some_and(|at| self.removed_since(dir.ino, &entry.name, at)) {
-            return None;
-        }
-        if plus {
-            let path = match &dir.backend {
-                Some(_) => listing::child_path(&dir.path, &entry.name),
-                None => String::new(),
-            };
-            let settings = backend.settings();
-            let key = settings.key_of(&path);
-            let being_written = match &dir.backend {
-                Some(_) => self.engines.writes.find(settings.store.id(), &key),
-                None => None,
-            };
-            // A file this mount wrote within the TTL whose commit has landed: neither the
-            // listing nor what its node last saw (the size when writing began) is sure to be
-            // its version, so the kernel must ask again (lookup, getattr: the store answers)
-            // instead of caching this entry.
-            let mut trusted = true;
-            let node = match being_written {
-                // Its size is the write engine's, newer than any listing's.
-                Some(file) => lock(&self.inodes).lookup(
-                    dir.ino,
-                    &entry.name,
-                    backend,
-                    path,
-                    pending_kind(file.meta()),
-                ),
-                None => {
-                    let written = self.recently_written(settings.store.id(), &key);
-                    trusted = !written;
-                    let mut inodes = lock(&self.inodes);
-                    match listed_at {
-                        // What the mount learnt since the listing was asked for (a new size,
-                        // a rename) must not be replaced by the listing's.
-                        Some(at) => inodes.lookup_listed(
-                            dir.ino,
-                            &entry.name,
-                            backend,
-                            path,
-                            entry.kind.clone(),
-                            at,
-                            written,
-                        ),
-                        None => {
-                            inodes.lookup(dir.ino, &entry.name, backend, path, entry.kind.clone())
-                        }
-                    }
-                }
-            };
-            return Some((self.attr_of(&node), trusted));
-        }
-        let mut inodes = lock(&self.inodes);
-        let ino = inodes.peek_or_reserve(dir.ino, &entry.name);
-        drop(inodes);
-        let settings = backend.settings();
-        let (kind, size, mtime, perm) = match &entry.kind {
-            ChildKind::Dir => (Kind::Dir, 0, self.mounted_at, settings.dir_perm),
-            ChildKind::File(meta) => (Kind::File, meta.size, meta.mtime, settings.file_perm),
-        };
-        Some((
-            Attr {
-                ino,
-                kind,
-                size,
-                mtime,
-                perm,
-                uid: settings.uid,
-                gid: settings.gid,
-            },
-            true,
-        ))
-    }
-
-    pub fn releasedir(&self, fh: u64) {
-        lock(&self.dirs).remove(&fh);
-    }
+    Ok(())
 }
 
 /// What a file being written looks like to `stat` and listings. Its ETag is left empty: the

@@ -48,6 +48,7 @@ pub(super) fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u
         multipart_threshold: threshold,
         commit_workers: 2,
         dirty_limit: 1 << 30,
+        buffer_limit: 256 << 20,
         promote: false,
         spill_parent: Some(spill.path().to_path_buf()),
         journal_parent: None,
@@ -428,4 +429,217 @@ async fn a_file_written_but_not_yet_committed_is_committed_before_a_rename() {
         .expect("rename");
     assert_eq!(stored(&f, "final").as_deref(), Some(&b"payload"[..]));
     assert!(stored(&f, "tmp").is_none());
+}
+
+// --- Large live directories, read a page at a time ---------------------------------------------
+
+/// An `Fs` over a RAM store holding `keys` (in one backend "data", LIST pages of `page` keys),
+/// listing whole only directories of at most `whole` entries.
+async fn ram_fixture(keys: &[String], page: u32, whole: usize) -> (Fs, tempfile::TempDir) {
+    let store = Arc::new(crate::store::RamStore::new(
+        "ram",
+        crate::config::RamConfig {
+            max_list_page_size: 1000,
+            max_total_objects: 1 << 20,
+            max_total_object_space: 1 << 30,
+        },
+    ));
+    for key in keys {
+        store.put(key, Bytes::from(key.clone())).await.expect("put");
+    }
+    let backend = Arc::new(Backend::new(
+        "data",
+        BackendSettings {
+            store,
+            prefix: String::new(),
+            readonly: true,
+            flush_on_close: false,
+            uid: 0,
+            gid: 0,
+            dir_perm: 0o555,
+            file_perm: 0o444,
+            page_size: Some(page),
+            manifest: None,
+        },
+    ));
+    let spill = tempfile::tempdir().expect("spill dir");
+    let writes = crate::write::WriteConfig {
+        multipart_threshold: 64 << 20,
+        commit_workers: 1,
+        dirty_limit: 1 << 30,
+        buffer_limit: 256 << 20,
+        promote: false,
+        spill_parent: Some(spill.path().to_path_buf()),
+        journal_parent: None,
+    };
+    let options = FsOptions {
+        uid: 0,
+        gid: 0,
+        dir_perm: 0o555,
+        ttl: Duration::from_secs(60),
+    };
+    let engines = Engines::uncached(writes).expect("engines");
+    let fs = Fs::new(options, engines, vec![backend]).with_whole_listing_max(whole);
+    (fs, spill)
+}
+
+/// Reads a whole directory as the kernel does: `readdir_prepare` when not ready, replies that
+/// take only part of what they are offered, resumed at the offset of the last entry taken.
+async fn walk(fs: &Fs, fh: u64, per_reply: usize) -> Vec<(String, Kind)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        if !fs.readdir_ready(fh, offset) {
+            fs.readdir_prepare(fh, offset).await.expect("prepare");
+        }
+        let mut reply = Vec::new();
+        fs.readdir(fh, offset, false, |next, name, attr, _| {
+            if reply.len() == per_reply {
+                return false;
+            }
+            reply.push((next, name.to_string(), attr.kind));
+            true
+        })
+        .expect("readdir");
+        let Some((last, _, _)) = reply.last() else {
+            return out;
+        };
+        offset = *last;
+        out.extend(reply.into_iter().map(|(_, name, kind)| (name, kind)));
+    }
+}
+
+#[tokio::test]
+async fn a_directory_too_large_to_list_whole_is_read_a_page_at_a_time() {
+    // "a" is both a file and a directory ("a/x"); "a.txt" lies between them in key order.
+    let mut keys: Vec<String> = vec!["big/a".into(), "big/a.txt".into(), "big/a/x".into()];
+    keys.extend((0..500).map(|i| format!("big/f{i:04}")));
+    keys.push("big/sub/deep/y".into());
+    let (fs, _spill) = ram_fixture(&keys, 7, 50).await;
+    let big = resolve(&fs, "data/big").await.expect("big");
+    let fh = fs.opendir(big.ino).await.expect("opendir");
+    assert!(
+        !fs.readdir_ready(fh, 2),
+        "the entries come from the store as readdir asks"
+    );
+
+    let entries = walk(&fs, fh, 13).await;
+    let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+    let mut expected: Vec<String> = vec![".".into(), "..".into(), "a.txt".into(), "a".into()];
+    expected.extend((0..500).map(|i| format!("f{i:04}")));
+    expected.push("sub".into());
+    assert_eq!(
+        names, expected,
+        "each name once, a directory winning over a file"
+    );
+    let kind_of = |name: &str| entries.iter().find(|(n, _)| n == name).map(|(_, k)| *k);
+    assert_eq!(kind_of("a"), Some(Kind::Dir));
+    assert_eq!(kind_of("a.txt"), Some(Kind::File));
+    assert_eq!(kind_of("sub"), Some(Kind::Dir));
+
+    let handle = lock(&fs.dirs).get(&fh).cloned().expect("handle");
+    let DirEntries::Live(pages) = &handle.entries else {
+        panic!("a large directory is read a page at a time");
+    };
+    let pages = Arc::clone(pages);
+    let read = pages.pages_read();
+    assert!(read <= 505 / 7 + 2, "each page read once: {read} pages");
+    assert!(
+        pages.window_len() <= 1024 + 7 * 2,
+        "memory stays at a window: {} entries held",
+        pages.window_len()
+    );
+    // rewinddir: listed again from the start, same answer.
+    assert_eq!(walk(&fs, fh, 500).await, entries);
+    fs.releasedir(fh);
+}
+
+#[tokio::test]
+async fn a_small_directory_is_still_listed_whole() {
+    let keys: Vec<String> = (0..20).map(|i| format!("small/f{i}")).collect();
+    let (fs, _spill) = ram_fixture(&keys, 7, 50).await;
+    let small = resolve(&fs, "data/small").await.expect("small");
+    let fh = fs.opendir(small.ino).await.expect("opendir");
+    assert!(fs.readdir_ready(fh, 2));
+    assert_eq!(walk(&fs, fh, 5).await.len(), 2 + 20);
+}
+
+/// The record of names this mount removed is not the negative-lookup cache: filling that cache
+/// past its bound (which evicts, and once cleared it all) must not bring a removed name back into
+/// a listing taken before the removal.
+#[tokio::test]
+async fn a_full_negative_cache_never_brings_a_removed_name_back_into_an_open_listing() {
+    let f = writable(&[("gone", b"x"), ("kept", b"y")]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let fh = f.fs.opendir(data.ino).await.expect("opendir");
+    f.fs.unlink(data.ino, "gone").await.expect("unlink");
+    for i in 0..NEGATIVE_CACHE_LIMIT + 10 {
+        f.fs.remember_missing(data.ino, &format!("miss{i}"));
+    }
+    assert!(
+        lock(&f.fs.negative).len() <= NEGATIVE_CACHE_LIMIT,
+        "the cache stays bounded"
+    );
+    let listed = names(&f.fs, fh, false);
+    assert!(listed.contains(&"kept".to_string()), "{listed:?}");
+    assert!(!listed.contains(&"gone".to_string()), "{listed:?}");
+    f.fs.releasedir(fh);
+}
+
+#[tokio::test]
+async fn a_new_file_unlinked_while_open_reads_back_what_is_written_after() {
+    let f = writable(&[]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let (created, fh) = f.fs.create(data.ino, "scratch").await.expect("create");
+    let ino = created.ino;
+    f.fs.unlink(data.ino, "scratch").await.expect("unlink");
+    f.fs.write(fh, 0, b"after the unlink").await.expect("write");
+    // The kernel asks for its size before reading: not the store, which never had it.
+    let attr =
+        f.fs.getattr(ino)
+            .await
+            .expect("getattr of an unlinked open file");
+    assert_eq!(attr.size, 16);
+    assert_eq!(attr.nlink, 0, "no name links to it any more");
+    assert_eq!(
+        &f.fs.read(fh, 0, 100).await.expect("read")[..],
+        b"after the unlink"
+    );
+    f.fs.release(fh).await;
+    assert!(stored(&f, "scratch").is_none());
+}
+
+/// A file still open for writing cannot be renamed (EBUSY), but one whose last close the kernel
+/// is still delivering (RELEASE follows close(2) on its own) is waited for, not refused.
+#[tokio::test]
+async fn a_rename_waits_for_a_closing_writer_and_refuses_an_open_one() {
+    let f = writable(&[]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let (_, open) = f.fs.create(data.ino, "open").await.expect("create");
+    f.fs.write(open, 0, b"still writing").await.expect("write");
+    let refused =
+        f.fs.rename(data.ino, "open", data.ino, "moved", RenameFlags::default())
+            .await;
+    assert!(matches!(refused, Err(FsError::Busy(_))), "{refused:?}");
+
+    let (_, closing) = f.fs.create(data.ino, "closing").await.expect("create");
+    f.fs.write(closing, 0, b"done").await.expect("write");
+    f.fs.flush(closing).await.expect("flush");
+    let fs = &f.fs;
+    let (renamed, ()) = tokio::join!(
+        fs.rename(
+            data.ino,
+            "closing",
+            data.ino,
+            "closed",
+            RenameFlags::default()
+        ),
+        async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            fs.release(closing).await;
+        }
+    );
+    renamed.expect("the rename waited for the release");
+    assert_eq!(stored(&f, "closed").as_deref(), Some(&b"done"[..]));
+    f.fs.release(open).await;
 }

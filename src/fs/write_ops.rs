@@ -37,6 +37,11 @@ pub struct SetAttr {
     pub fh: Option<u64>,
 }
 
+/// How long a rename of a file just closed waits for the kernel's RELEASE of its handle before
+/// taking the file for one still open for writing (EBUSY): 2 s in rounds of 10 ms.
+const RELEASE_WAIT_ROUNDS: u32 = 200;
+const RELEASE_WAIT_ROUND: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// A directory that can be changed: its node, backend and the backend's current settings.
 struct WritableDir {
     node: Node,
@@ -87,6 +92,7 @@ impl Fs {
         let dir = self.writable_dir(parent)?;
         let path = listing::child_path(&dir.node.path, name);
         let key = dir.settings.key_of(&path);
+        super::check_key_len(&key)?;
         let store_id = dir.settings.store.id().to_string();
         // A name unlinked while open is taken again: its old object must not be deleted later.
         lock(&self.unlinked).remove(&(store_id, key.clone()));
@@ -123,8 +129,11 @@ impl Fs {
         Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
     }
 
-    /// A close of a descriptor of `fh` (there may be several, after dup or fork). Commits what
-    /// was written: waiting for the store with `flush_on_close`, else in the background.
+    /// A close of a descriptor of `fh` (there may be several, after dup or fork). With
+    /// `flush_on_close` it commits what was written and waits for the store. Without, it does
+    /// nothing: the last close (`release`) starts the background commit. A shell redirect
+    /// (`echo x > f`) opens the file, dup2s it to stdout and closes the first descriptor before
+    /// writing; committing at that close cost an extra, empty PUT per file.
     pub async fn flush(&self, fh: u64) -> Result<()> {
         let handle = self.handle(fh)?;
         let (true, Some(file)) = (handle.writable, &handle.dirty) else {
@@ -132,8 +141,6 @@ impl Fs {
         };
         if handle.flush_on_close {
             self.engines.writes.commit(file).await?;
-        } else {
-            self.engines.writes.commit_in_background(file);
         }
         Ok(())
     }
@@ -219,12 +226,14 @@ impl Fs {
         let store = &dir.settings.store;
         self.engines.writes.forget(store.id(), &key).await;
         let ino = lock(&self.inodes).child(parent, name);
-        let open = ino.is_some_and(|ino| lock(&self.files).values().any(|h| h.ino == ino));
-        match ino {
-            // Kept for the open handles, which read it until their last close deletes it.
-            Some(ino) if open => {
-                lock(&self.unlinked).insert(
-                    (store.id().to_string(), key),
+        // Checked and recorded under the `unlinked` lock, which `release` holds while it decides
+        // whether its handle was the last (see there): the object is deleted exactly once.
+        let kept_for_open_handles = {
+            let mut unlinked = lock(&self.unlinked);
+            let open_ino = ino.filter(|ino| lock(&self.files).values().any(|h| h.ino == *ino));
+            if let Some(ino) = open_ino {
+                unlinked.insert(
+                    (store.id().to_string(), key.clone()),
                     Unlinked {
                         ino,
                         settings: dir.settings.clone(),
@@ -232,15 +241,17 @@ impl Fs {
                     },
                 );
             }
-            _ => {
-                store
-                    .delete(&key)
-                    .await
-                    .map_err(|e| Self::store_error(&dir.backend, e))?;
-                dir.settings
-                    .record(&dir.backend.dir_name, &path, Change::Deleted)
-                    .await;
-            }
+            open_ino.is_some()
+        };
+        // Kept for the open handles, which read it until their last close deletes it.
+        if !kept_for_open_handles {
+            store
+                .delete(&key)
+                .await
+                .map_err(|e| Self::store_error(&dir.backend, e))?;
+            dir.settings
+                .record(&dir.backend.dir_name, &path, Change::Deleted)
+                .await;
         }
         lock(&self.inodes).remove_name(parent, name);
         self.note_removed(parent, name);
@@ -256,6 +267,7 @@ impl Fs {
             Err(e) => return Err(e),
         }
         let path = listing::child_path(&dir.node.path, name);
+        super::check_key_len(&dir.settings.dir_prefix_of(&path))?;
         dir.settings
             .store
             .put(&dir.settings.dir_prefix_of(&path), Bytes::new())
@@ -342,18 +354,19 @@ impl Fs {
         match &settings.manifest {
             // One entry decides it: read the first page, not the whole directory.
             Some(manifest) => {
-                let changes = self.mount_changes(settings, manifest, path);
+                let changes = self.mount_changes(settings, Some(manifest), path);
                 let mut pages = ManifestPages::new(manifest.clone(), path.to_string(), changes);
                 let first = blocking(move || pages.get(0, 1))
                     .await
                     .map_err(|e| Self::manifest_error(backend, e))?;
                 Ok(first.is_empty())
             }
+            // One entry decides it: the first page, not the whole directory.
             None => {
-                let children = listing::list_dir(settings, path)
+                let children = listing::list_dir(settings, path, 0)
                     .await
                     .map_err(|e| Self::store_error(backend, e))?;
-                Ok(children.is_empty())
+                Ok(children.is_some_and(|c| c.is_empty()))
             }
         }
     }
@@ -380,6 +393,7 @@ impl Fs {
         }
         let (_, path, kind) = self.resolve(&from.node, from.backend.clone(), name).await?;
         let new_path = listing::child_path(&to.node.path, new_name);
+        super::check_key_len(&to.settings.dir_prefix_of(&new_path))?;
         if path == new_path {
             return Ok(());
         }
@@ -467,10 +481,20 @@ impl Fs {
         let (key, new_key) = (settings.key_of(path), settings.key_of(new_path));
         let writes = &self.engines.writes;
         if let Some(file) = writes.find(store.id(), &key) {
-            let writing = lock(&self.files)
-                .values()
-                .any(|h| h.writable && h.version.key == key && h.store.id() == store.id());
-            if writing {
+            let writing = || {
+                lock(&self.files)
+                    .values()
+                    .any(|h| h.writable && h.version.key == key && h.store.id() == store.id())
+            };
+            // close(2) returns once the kernel has sent FLUSH; the RELEASE that ends the handle
+            // follows on its own, so `cp a b && mv b c` can get here first. Give it a moment.
+            for _ in 0..RELEASE_WAIT_ROUNDS {
+                if !writing() {
+                    break;
+                }
+                tokio::time::sleep(RELEASE_WAIT_ROUND).await;
+            }
+            if writing() {
                 return Err(FsError::Busy("the file is open for writing"));
             }
             // What was written must be in the store before it can be copied server-side.

@@ -2,7 +2,10 @@
 //!
 //! fuser runs a few worker threads reading /dev/fuse. A worker never waits on the network: every
 //! request that may reach the store is handed, with its reply object, to a tokio task, and the
-//! worker goes back to read the next request.
+//! worker goes back to read the next request. While a request waits for its answer it is in the
+//! session's in-flight table, which the no-progress watchdog ([`watchdog`]) sweeps.
+
+mod watchdog;
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use fuser::{
 use tokio::runtime::Handle;
 
 use crate::fs::{Attr, Fs, FsError, Kind, OpenMode, RenameFlags, SetAttr};
+use watchdog::{InFlight, Pending, Watchdog};
 
 /// Read-ahead asked for in the handshake. The kernel keeps at most what it offered (its 128 KiB
 /// default), so `daemon::read_ahead` widens the window once the mount is live. The largest read
@@ -33,30 +37,103 @@ pub struct FuseAdapter {
     fs: Arc<Fs>,
     runtime: Handle,
     max_write: u32,
+    /// Requests waiting for their answer.
+    in_flight: Arc<InFlight>,
+    /// Warn about requests unanswered this long (`None`: no watchdog).
+    stall_warn: Option<Duration>,
+    /// Names the mount in the watchdog's warnings.
+    session: String,
+    /// The watchdog's sweep, from the session's start (`init`) until the adapter is dropped
+    /// with the session.
+    watchdog: Option<Watchdog>,
 }
 
 impl FuseAdapter {
+    /// An adapter without a no-progress watchdog (see [`FuseAdapter::watch_stalls`]).
     pub fn new(fs: Arc<Fs>, runtime: Handle, max_write: u32) -> FuseAdapter {
         FuseAdapter {
             fs,
             runtime,
             max_write,
+            in_flight: InFlight::new(),
+            stall_warn: None,
+            session: String::new(),
+            watchdog: None,
         }
     }
 
-    /// Runs `work` on the runtime and times it as FUSE operation `op`; the FUSE worker returns
-    /// at once.
-    fn spawn<F>(&self, op: &'static str, work: impl FnOnce(Arc<Fs>) -> F)
-    where
+    /// Warns (and counts in `msfs.fuse.requests_stalled`) about each request left unanswered
+    /// longer than `after` (`fuse_request_stall_warn_secs`; `None` turns the watchdog off),
+    /// naming the mount as `session` (the session's source name).
+    pub fn watch_stalls(mut self, after: Option<Duration>, session: &str) -> FuseAdapter {
+        self.stall_warn = after.filter(|after| !after.is_zero());
+        self.session = session.to_string();
+        self
+    }
+
+    /// Enters a request in the in-flight table, when a watchdog looks at it.
+    fn pending(
+        &self,
+        op: &'static str,
+        ino: u64,
+        req: &Request,
+        started: Instant,
+    ) -> Option<Pending> {
+        self.stall_warn
+            .map(|_| self.in_flight.begin(op, ino, req.pid(), started))
+    }
+
+    /// Runs `work` on the runtime and times it as FUSE operation `op` on inode `ino` (the
+    /// directory, for operations on a name in it), issued by `req`; the FUSE worker returns at
+    /// once. Until `work` has answered, the request is in the in-flight table.
+    fn spawn<F>(
+        &self,
+        op: &'static str,
+        ino: INodeNo,
+        req: &Request,
+        work: impl FnOnce(Arc<Fs>) -> F,
+    ) where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let started = Instant::now();
+        let pending = self.pending(op, ino.0, req, started);
         let fs = self.fs.clone();
         let reply = work(self.fs.clone());
         self.runtime.spawn(async move {
             reply.await;
+            drop(pending);
             fs.metrics().fuse_request(op, started.elapsed());
         });
+    }
+}
+
+/// Fills a readdir reply from the open directory's entries at `offset`.
+fn answer_readdir(fs: &Fs, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    let result = fs.readdir(fh.0, offset, false, |next, name, attr, _| {
+        !reply.add(INodeNo(attr.ino), next, file_type(&attr), name)
+    });
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// Fills a readdirplus reply: entries with their attributes, each taking a lookup reference.
+fn answer_readdirplus(fs: &Fs, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    let ttl = fs.ttl();
+    let result = fs.readdir(fh.0, offset, true, |next, name, attr, trusted| {
+        !reply.add(
+            INodeNo(attr.ino),
+            next,
+            name,
+            if trusted { &ttl } else { &Duration::ZERO },
+            &file_attr(&attr),
+            Generation(0),
+        )
+    });
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -80,10 +157,7 @@ fn file_attr(attr: &Attr) -> FileAttr {
             Kind::File => FileType::RegularFile,
         },
         perm: attr.perm,
-        nlink: match attr.kind {
-            Kind::Dir => 2,
-            Kind::File => 1,
-        },
+        nlink: attr.nlink,
         uid: attr.uid,
         gid: attr.gid,
         rdev: 0,
@@ -112,15 +186,24 @@ impl Filesystem for FuseAdapter {
         let _ = config.set_max_write(self.max_write.max(4096));
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(CONGESTION_THRESHOLD);
+        if let Some(bound) = self.stall_warn {
+            self.watchdog = Some(Watchdog::start(
+                &self.runtime,
+                self.in_flight.clone(),
+                bound,
+                self.session.clone(),
+                self.fs.metrics().clone(),
+            ));
+        }
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Some(name) = name.to_str().map(str::to_string) else {
             reply.error(Errno::ENOENT); // no object key can hold a non-UTF-8 name
             return;
         };
-        self.spawn("lookup", move |fs| async move {
+        self.spawn("lookup", parent, req, move |fs| async move {
             match fs.lookup(parent.0, &name).await {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
@@ -132,8 +215,8 @@ impl Filesystem for FuseAdapter {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.spawn("getattr", move |fs| async move {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn("getattr", ino, req, move |fs| async move {
             match fs.getattr(ino.0).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
                 Err(e) => reply.error(errno(&e)),
@@ -141,13 +224,13 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let mode = OpenMode {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY || truncate,
             truncate,
         };
-        self.spawn("open", move |fs| async move {
+        self.spawn("open", ino, req, move |fs| async move {
             match fs.open(ino.0, mode).await {
                 Ok((fh, keep_cache)) => {
                     let flags = if keep_cache {
@@ -164,8 +247,8 @@ impl Filesystem for FuseAdapter {
 
     fn read(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -173,7 +256,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn("read", move |fs| async move {
+        self.spawn("read", ino, req, move |fs| async move {
             match fs.read(fh.0, offset, size).await {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(errno(&e)),
@@ -183,22 +266,22 @@ impl Filesystem for FuseAdapter {
 
     fn release(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn("release", move |fs| async move {
+        self.spawn("release", ino, req, move |fs| async move {
             fs.release(fh.0).await;
             reply.ok();
         });
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn("opendir", move |fs| async move {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn("opendir", ino, req, move |fs| async move {
             match fs.opendir(ino.0).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),
@@ -208,52 +291,53 @@ impl Filesystem for FuseAdapter {
 
     fn readdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let started = Instant::now();
-        let result = self.fs.readdir(fh.0, offset, false, |next, name, attr, _| {
-            !reply.add(INodeNo(attr.ino), next, file_type(&attr), name)
-        });
-        self.fs.metrics().fuse_request("readdir", started.elapsed());
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+        if !self.fs.readdir_ready(fh.0, offset) {
+            // A large live directory: the next page comes from the store, on the runtime.
+            self.spawn("readdir", ino, req, move |fs| async move {
+                match fs.readdir_prepare(fh.0, offset).await {
+                    Ok(()) => answer_readdir(&fs, fh, offset, reply),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            });
+            return;
         }
+        let started = Instant::now();
+        // Answered on this worker, from the handle's entries; watched all the same.
+        let _pending = self.pending("readdir", ino.0, req, started);
+        answer_readdir(&self.fs, fh, offset, reply);
+        self.fs.metrics().fuse_request("readdir", started.elapsed());
     }
 
     fn readdirplus(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        let started = Instant::now();
-        let ttl = self.fs.ttl();
-        let result = self
-            .fs
-            .readdir(fh.0, offset, true, |next, name, attr, trusted| {
-                !reply.add(
-                    INodeNo(attr.ino),
-                    next,
-                    name,
-                    if trusted { &ttl } else { &Duration::ZERO },
-                    &file_attr(&attr),
-                    Generation(0),
-                )
+        if !self.fs.readdir_ready(fh.0, offset) {
+            self.spawn("readdirplus", ino, req, move |fs| async move {
+                match fs.readdir_prepare(fh.0, offset).await {
+                    Ok(()) => answer_readdirplus(&fs, fh, offset, reply),
+                    Err(e) => reply.error(errno(&e)),
+                }
             });
+            return;
+        }
+        let started = Instant::now();
+        // Answered on this worker, from the handle's entries; watched all the same.
+        let _pending = self.pending("readdirplus", ino.0, req, started);
+        answer_readdirplus(&self.fs, fh, offset, reply);
         self.fs
             .metrics()
             .fuse_request("readdirplus", started.elapsed());
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
     }
 
     fn releasedir(
@@ -280,13 +364,13 @@ impl Filesystem for FuseAdapter {
 
     fn flush(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.spawn("flush", move |fs| async move {
+        self.spawn("flush", ino, req, move |fs| async move {
             match fs.flush(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
@@ -296,13 +380,13 @@ impl Filesystem for FuseAdapter {
 
     fn fsync(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn("fsync", move |fs| async move {
+        self.spawn("fsync", ino, req, move |fs| async move {
             match fs.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
@@ -330,7 +414,7 @@ impl Filesystem for FuseAdapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _mode: Option<u32>,
         _uid: Option<u32>,
@@ -354,7 +438,7 @@ impl Filesystem for FuseAdapter {
             }),
             fh: fh.map(|fh| fh.0),
         };
-        self.spawn("setattr", move |fs| async move {
+        self.spawn("setattr", ino, req, move |fs| async move {
             match fs.setattr(ino.0, change).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
                 Err(e) => reply.error(errno(&e)),
@@ -364,7 +448,7 @@ impl Filesystem for FuseAdapter {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -381,7 +465,7 @@ impl Filesystem for FuseAdapter {
             reply.error(Errno::EINVAL);
             return;
         };
-        self.spawn("mknod", move |fs| async move {
+        self.spawn("mknod", parent, req, move |fs| async move {
             let created = match fs.create(parent.0, &name).await {
                 Ok((attr, fh)) => fs.flush(fh).await.map(|()| (attr, fh)),
                 Err(e) => Err(e),
@@ -398,7 +482,7 @@ impl Filesystem for FuseAdapter {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         _mode: u32,
@@ -409,7 +493,7 @@ impl Filesystem for FuseAdapter {
             reply.error(Errno::EINVAL); // object keys are UTF-8
             return;
         };
-        self.spawn("mkdir", move |fs| async move {
+        self.spawn("mkdir", parent, req, move |fs| async move {
             match fs.mkdir(parent.0, &name).await {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
@@ -417,12 +501,12 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Some(name) = name.to_str().map(str::to_string) else {
             reply.error(Errno::ENOENT);
             return;
         };
-        self.spawn("unlink", move |fs| async move {
+        self.spawn("unlink", parent, req, move |fs| async move {
             match fs.unlink(parent.0, &name).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
@@ -430,12 +514,12 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let Some(name) = name.to_str().map(str::to_string) else {
             reply.error(Errno::ENOENT);
             return;
         };
-        self.spawn("rmdir", move |fs| async move {
+        self.spawn("rmdir", parent, req, move |fs| async move {
             match fs.rmdir(parent.0, &name).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
@@ -456,7 +540,7 @@ impl Filesystem for FuseAdapter {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -475,7 +559,7 @@ impl Filesystem for FuseAdapter {
             no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
         };
-        self.spawn("rename", move |fs| async move {
+        self.spawn("rename", parent, req, move |fs| async move {
             match fs
                 .rename(parent.0, &name, newparent.0, &newname, flags)
                 .await
@@ -499,8 +583,8 @@ impl Filesystem for FuseAdapter {
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -510,7 +594,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        self.spawn("write", move |fs| async move {
+        self.spawn("write", ino, req, move |fs| async move {
             match fs.write(fh.0, offset, &data).await {
                 Ok(written) => reply.written(written),
                 Err(e) => reply.error(errno(&e)),
@@ -520,7 +604,7 @@ impl Filesystem for FuseAdapter {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         _mode: u32,
@@ -532,7 +616,7 @@ impl Filesystem for FuseAdapter {
             reply.error(Errno::EINVAL);
             return;
         };
-        self.spawn("create", move |fs| async move {
+        self.spawn("create", parent, req, move |fs| async move {
             match fs.create(parent.0, &name).await {
                 Ok((attr, fh)) => reply.created(
                     &fs.ttl(),

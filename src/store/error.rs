@@ -72,12 +72,34 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Network failures, throttling (429) and server errors (5xx) are worth another attempt;
-    /// anything else would fail the same way again.
+    /// Network failures, throttling (429), server errors (5xx) and S3's `RequestTimeout` (a 400
+    /// for a request body the server waited too long for) are worth another attempt; anything
+    /// else would fail the same way again.
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Unreachable { .. } | StoreError::Truncated { .. } => true,
-            StoreError::Service { status, .. } => *status == 429 || *status >= 500,
+            StoreError::Service { status, code, .. } => {
+                *status == 429 || *status >= 500 || code == "RequestTimeout"
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether trying the same request again later, however often, must fail the same way:
+    /// refused credentials, a missing bucket, a request the server rejects as malformed or too
+    /// large. A commit that fails so stops retrying on its own (see the write engine).
+    pub fn is_terminal(&self) -> bool {
+        match self.root() {
+            StoreError::AccessDenied { .. }
+            | StoreError::NoSuchBucket { .. }
+            | StoreError::Setup(_) => true,
+            StoreError::Service { status, .. } => {
+                (400..500).contains(status) && !self.root().is_retryable()
+            }
+            StoreError::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+            ),
             _ => false,
         }
     }

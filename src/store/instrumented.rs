@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
-    PutResult, Result, StoreError,
+    BodySource, ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore,
+    PendingUpload, PutResult, Result, StoreError,
 };
 use crate::telemetry::Metrics;
 
@@ -118,6 +118,10 @@ impl ObjectStore for InstrumentedStore {
         self.timed("put", key, self.inner.put(key, body)).await
     }
 
+    async fn put_from(&self, key: &str, body: Arc<dyn BodySource>) -> Result<PutResult> {
+        self.timed("put", key, self.inner.put_from(key, body)).await
+    }
+
     async fn create_multipart(&self, key: &str) -> Result<String> {
         self.timed("create_multipart", key, self.inner.create_multipart(key))
             .await
@@ -136,6 +140,26 @@ impl ObjectStore for InstrumentedStore {
             self.inner.upload_part(key, upload_id, part_number, body),
         )
         .await
+    }
+
+    async fn upload_part_from(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Arc<dyn BodySource>,
+    ) -> Result<CompletedPart> {
+        self.timed(
+            "upload_part",
+            key,
+            self.inner
+                .upload_part_from(key, upload_id, part_number, body),
+        )
+        .await
+    }
+
+    fn max_object_size(&self) -> u64 {
+        self.inner.max_object_size()
     }
 
     async fn upload_part_copy(

@@ -4,6 +4,7 @@
 //! ETags and [`StoreError`]. That keeps the namespace, cache and write engines testable against
 //! the local-directory store and lets new protocols plug in without touching them.
 
+mod body;
 mod build;
 mod error;
 mod file;
@@ -17,11 +18,13 @@ pub(crate) mod testing;
 
 use std::fmt::Debug;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use body::{BODY_CHUNK, BodySource, gather};
 pub use build::open_store;
 pub use error::StoreError;
 pub use file::FileStore;
@@ -32,6 +35,16 @@ pub use retry::RetryPolicy;
 pub use s3::{S3Store, decode_listed_key};
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// S3's largest part (5 GiB) and most parts in one upload (10,000).
+pub const MAX_PART_SIZE: u64 = 5 << 30;
+pub const MAX_PARTS: u64 = 10_000;
+/// The largest object msfs writes to a store that keeps S3's multipart rules: 10,000 parts of
+/// 5 GiB, 53,687,091,200,000 bytes (48.8 TiB). Sizes past it are refused with `EFBIG` when they are
+/// asked for (write, truncate), never discovered at commit.
+pub const MAX_OBJECT_SIZE: u64 = MAX_PARTS * MAX_PART_SIZE;
+/// S3's longest key, in bytes of UTF-8.
+pub const MAX_KEY_LEN: usize = 1024;
 
 /// Receives a ranged read's bytes as they arrive: `(offset from the range's start, chunk)`.
 /// (Spelled out as higher-ranked so `async_trait` leaves the chunk's lifetime alone.)
@@ -179,6 +192,12 @@ pub trait ObjectStore: Send + Sync + Debug {
 
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult>;
 
+    /// Like [`ObjectStore::put`], with a body read on demand (see `upload_part_from`).
+    async fn put_from(&self, key: &str, body: Arc<dyn BodySource>) -> Result<PutResult> {
+        let bytes = gather(body.as_ref()).await?;
+        self.put(key, bytes).await
+    }
+
     /// Starts a multipart upload and returns its upload id.
     async fn create_multipart(&self, key: &str) -> Result<String>;
 
@@ -189,6 +208,25 @@ pub trait ObjectStore: Send + Sync + Debug {
         part_number: i32,
         body: Bytes,
     ) -> Result<CompletedPart>;
+
+    /// Like [`ObjectStore::upload_part`], with a body read on demand from `body` (see [`body`]):
+    /// a store that can stream sends it in bounded chunks. The default gathers it, which suits
+    /// the stores that keep the bytes in memory or on local disk anyway.
+    async fn upload_part_from(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Arc<dyn BodySource>,
+    ) -> Result<CompletedPart> {
+        let bytes = gather(body.as_ref()).await?;
+        self.upload_part(key, upload_id, part_number, bytes).await
+    }
+
+    /// The largest object this store can be asked to hold.
+    fn max_object_size(&self) -> u64 {
+        MAX_OBJECT_SIZE
+    }
 
     /// Fills a part server-side from bytes `range` of `source_key`.
     async fn upload_part_copy(

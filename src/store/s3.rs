@@ -2,7 +2,7 @@
 //! endpoints) on aws-sdk-s3.
 
 use std::ops::Range;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -14,9 +14,10 @@ use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, EncodingType, ObjectIdentifier};
 use bytes::Bytes;
 
+use super::body::{ProducerError, streamed};
 use super::{
-    ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
-    PutResult, Result, RetryPolicy, StoreError,
+    BodySource, ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore,
+    PendingUpload, PutResult, Result, RetryPolicy, StoreError,
 };
 
 /// S3 caps one DeleteObjects request at this many keys.
@@ -185,6 +186,24 @@ impl S3Store {
             });
         }
         Ok(())
+    }
+}
+
+/// A streamed request's outcome: a body cut short by a local read error fails with that error,
+/// not as the transport saw it (which would look like a network failure worth retrying).
+fn local_error_first<T, E>(
+    sent: std::result::Result<T, SdkError<E, HttpResponse>>,
+    producer_error: &ProducerError,
+    classify: impl FnOnce(SdkError<E, HttpResponse>) -> StoreError,
+) -> Result<T> {
+    let local = producer_error
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    match (sent, local) {
+        (Ok(out), _) => Ok(out),
+        (Err(_), Some(local)) => Err(local),
+        (Err(e), None) => Err(classify(e)),
     }
 }
 
@@ -368,6 +387,30 @@ impl ObjectStore for S3Store {
         })
     }
 
+    /// Streams the body in chunks, as `upload_part_from` does.
+    async fn put_from(&self, key: &str, body: Arc<dyn BodySource>) -> Result<PutResult> {
+        let len = body.len();
+        let out = self
+            .retry
+            .run("put", key, || async {
+                let (chunks, producer_error) = streamed(Arc::clone(&body));
+                let sent = self
+                    .client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .content_length(i64::try_from(len).unwrap_or(i64::MAX))
+                    .body(ByteStream::from_body_1_x(chunks))
+                    .send()
+                    .await;
+                local_error_first(sent, &producer_error, |e| self.classify("put", key, e))
+            })
+            .await?;
+        Ok(PutResult {
+            etag: out.e_tag().unwrap_or_default().to_string(),
+        })
+    }
+
     async fn create_multipart(&self, key: &str) -> Result<String> {
         let out = self
             .retry
@@ -412,6 +455,42 @@ impl ObjectStore for S3Store {
                     .send()
                     .await
                     .map_err(|e| self.classify("upload_part", key, e))
+            })
+            .await?;
+        Ok(CompletedPart {
+            part_number,
+            etag: out.e_tag().unwrap_or_default().to_string(),
+        })
+    }
+
+    /// Streams the part in chunks (`body::streamed`): memory per part in flight stays at two
+    /// chunks whatever the part size. Each attempt reads the body again from its start.
+    async fn upload_part_from(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Arc<dyn BodySource>,
+    ) -> Result<CompletedPart> {
+        let len = body.len();
+        let out = self
+            .retry
+            .run("upload_part", key, || async {
+                let (chunks, producer_error) = streamed(Arc::clone(&body));
+                let sent = self
+                    .client
+                    .upload_part()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .part_number(part_number)
+                    .content_length(i64::try_from(len).unwrap_or(i64::MAX))
+                    .body(ByteStream::from_body_1_x(chunks))
+                    .send()
+                    .await;
+                local_error_first(sent, &producer_error, |e| {
+                    self.classify("upload_part", key, e)
+                })
             })
             .await?;
         Ok(CompletedPart {

@@ -33,6 +33,8 @@ pub(crate) struct TestStore {
     pub short: Mutex<HashSet<String>>,
     calls: Mutex<HashMap<&'static str, usize>>,
     pub fail_writes: AtomicBool,
+    /// Every write is refused as AccessDenied (a failure no retry fixes) while set.
+    pub deny_writes: AtomicBool,
     lists: Mutex<Vec<ListRequest>>,
     /// LISTs of prefixes under this one fail.
     pub fail_lists_under: Mutex<Option<String>>,
@@ -52,6 +54,7 @@ impl TestStore {
             short: Mutex::default(),
             calls: Mutex::default(),
             fail_writes: AtomicBool::new(false),
+            deny_writes: AtomicBool::new(false),
             lists: Mutex::default(),
             fail_lists_under: Mutex::default(),
         })
@@ -112,6 +115,13 @@ impl TestStore {
     /// Counts a write and fails it while `fail_writes` is set.
     fn write_call(&self, op: &'static str, key: &str) -> StoreResult<()> {
         self.count(op);
+        if self.deny_writes.load(Ordering::SeqCst) {
+            return Err(StoreError::AccessDenied {
+                op,
+                key: key.to_string(),
+                code: "AccessDenied".into(),
+            });
+        }
         if self.fail_writes.load(Ordering::SeqCst) {
             return Err(StoreError::Unreachable {
                 op,

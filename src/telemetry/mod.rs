@@ -93,8 +93,11 @@ pub struct Metrics {
     write_commits: Counter<u64>,
     commit_latency: Histogram<f64>,
     commit_retries: Counter<u64>,
+    commits_abandoned: Counter<u64>,
+    buffered_bytes: UpDownCounter<i64>,
     dirty_bytes: UpDownCounter<i64>,
     fuse_latency: Histogram<f64>,
+    fuse_stalled: Counter<u64>,
     mounted_backends: Gauge<u64>,
 }
 
@@ -182,6 +185,15 @@ impl Metrics {
                 names::WRITE_COMMIT_RETRIES,
                 "Commit attempts repeated after a failure",
             ),
+            commits_abandoned: counter(
+                names::WRITE_COMMITS_ABANDONED,
+                "Files whose commit failed for good; their data is kept and no longer retried in the background",
+            ),
+            buffered_bytes: meter
+                .i64_up_down_counter(names::WRITE_BUFFERED_BYTES)
+                .with_description("Bytes commits in flight hold in memory, process-wide")
+                .with_unit(names::unit(names::WRITE_BUFFERED_BYTES))
+                .build(),
             dirty_bytes: meter
                 .i64_up_down_counter(names::WRITE_DIRTY_BYTES)
                 .with_description("Bytes written but not yet committed, process-wide")
@@ -190,6 +202,10 @@ impl Metrics {
             fuse_latency: histogram(
                 names::FUSE_REQUEST_SECONDS,
                 "Time from a FUSE request's arrival to its reply, by operation",
+            ),
+            fuse_stalled: counter(
+                names::FUSE_REQUESTS_STALLED,
+                "FUSE requests left unanswered past fuse_request_stall_warn_secs, by operation",
             ),
             mounted_backends: meter
                 .u64_gauge(names::MOUNTED_BACKENDS)
@@ -283,6 +299,15 @@ impl Metrics {
         self.commit_retries.add(1, &[backend(backend_name)]);
     }
 
+    /// Bytes held in memory by commits in flight changed by `delta`.
+    pub fn add_buffered_bytes(&self, delta: i64) {
+        self.buffered_bytes.add(delta, &[]);
+    }
+
+    pub fn record_commit_abandoned(&self, backend_name: &str) {
+        self.commits_abandoned.add(1, &[backend(backend_name)]);
+    }
+
     /// Dirty (written, not yet committed) bytes changed by `delta`: positive when written,
     /// negative when committed or discarded.
     pub fn add_dirty_bytes(&self, delta: i64) {
@@ -292,6 +317,11 @@ impl Metrics {
     pub fn fuse_request(&self, op: &'static str, elapsed: Duration) {
         self.fuse_latency
             .record(elapsed.as_secs_f64(), &[KeyValue::new("op", op)]);
+    }
+
+    /// A FUSE request `op` went unanswered past the watchdog's bound (counted once per request).
+    pub fn fuse_request_stalled(&self, op: &'static str) {
+        self.fuse_stalled.add(1, &[KeyValue::new("op", op)]);
     }
 
     pub fn set_mounted_backends(&self, count: usize) {

@@ -40,11 +40,18 @@ pub const WRITE_COMMITS: &str = "msfs.write.commits";
 /// Unit `s`: `msfs_write_commit_latency_seconds` in Prometheus.
 pub const WRITE_COMMIT_LATENCY_SECONDS: &str = "msfs.write.commit_latency";
 pub const WRITE_COMMIT_RETRIES: &str = "msfs.write.commit_retries";
+/// Files whose commit failed for good (refused credentials, missing bucket, rejected request):
+/// their data is kept locally and no longer retried in the background.
+pub const WRITE_COMMITS_ABANDONED: &str = "msfs.write.commits_abandoned";
 pub const WRITE_DIRTY_BYTES: &str = "msfs.write.dirty_bytes";
+/// Bytes commits in flight hold in memory (bounded by `write_buffer_limit_bytes`).
+pub const WRITE_BUFFERED_BYTES: &str = "msfs.write.buffered_bytes";
 
 // FUSE and mounts.
 /// Unit `s`: `msfs_fuse_request_seconds` in Prometheus.
 pub const FUSE_REQUEST_SECONDS: &str = "msfs.fuse.request";
+/// Requests left unanswered past `fuse_request_stall_warn_secs`, each counted once.
+pub const FUSE_REQUESTS_STALLED: &str = "msfs.fuse.requests_stalled";
 pub const MOUNTED_BACKENDS: &str = "msfs.mounted_backends";
 
 /// Seconds, for durations.
@@ -76,8 +83,11 @@ pub const UNITS: &[(&str, &str)] = &[
     (WRITE_COMMITS, ""),
     (WRITE_COMMIT_LATENCY_SECONDS, UNIT_SECONDS),
     (WRITE_COMMIT_RETRIES, ""),
+    (WRITE_COMMITS_ABANDONED, ""),
     (WRITE_DIRTY_BYTES, UNIT_BYTES),
+    (WRITE_BUFFERED_BYTES, UNIT_BYTES),
     (FUSE_REQUEST_SECONDS, UNIT_SECONDS),
+    (FUSE_REQUESTS_STALLED, ""),
     (MOUNTED_BACKENDS, ""),
 ];
 

@@ -1,6 +1,7 @@
-//! The bound on dirty bytes across every file of the process.
+//! A bound on bytes across every file of the process: dirty bytes awaiting commit, and bytes
+//! held in memory by commits in flight ([`Reservation`]).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -64,6 +65,36 @@ impl Budget {
     pub fn used(&self) -> u64 {
         *self.used.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Waits for `n` bytes (at most the whole bound, so a larger request still proceeds once
+    /// alone) and holds them until the reservation is dropped.
+    pub async fn hold(self: &Arc<Self>, n: u64) -> Reservation {
+        let n = n.min(self.limit);
+        self.reserve(n, || {}).await;
+        Reservation {
+            budget: Arc::clone(self),
+            bytes: n,
+        }
+    }
+}
+
+/// Bytes of a [`Budget`] held until this is dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<Budget>,
+    bytes: u64,
+}
+
+impl Reservation {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +114,24 @@ mod tests {
         assert!(budget.try_reserve(40));
         assert!(!budget.try_reserve(1));
         assert_eq!(budget.used(), 100);
+    }
+
+    #[tokio::test]
+    async fn a_reservation_holds_its_bytes_until_dropped() {
+        let budget = Arc::new(Budget::new(10));
+        let first = budget.hold(6).await;
+        let waiting = {
+            let budget = budget.clone();
+            tokio::spawn(async move { budget.hold(6).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "6 + 6 does not fit in 10");
+        drop(first);
+        let second = waiting.await.expect("join");
+        assert_eq!(budget.used(), 6);
+        drop(second);
+        assert_eq!(budget.used(), 0);
+        assert_eq!(budget.hold(50).await.bytes(), 10, "clamped to the bound");
     }
 
     #[tokio::test]

@@ -9,13 +9,15 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use futures::stream::{self, StreamExt, TryStreamExt};
 
+use super::budget::{Budget, Reservation};
 use super::extents::Extents;
 use super::file::{DirtyFile, State, Target, Upload, UploadedPart, View};
 use super::journal::UploadJournal;
 use super::plan::{self, PlannedPart, Source};
 use super::{Inner, Piece, WriteError, read_plan};
-use crate::cache::ObjectVersion;
-use crate::store::CompletedPart;
+use crate::cache::{ObjectReader, ObjectVersion};
+use crate::store::{BODY_CHUNK, BodySource, CompletedPart, StoreError};
+use crate::telemetry::Metrics;
 
 /// Parts of one file's commit sent at once.
 const PARTS_IN_PARALLEL: usize = 4;
@@ -43,9 +45,10 @@ impl Snapshot {
     }
 
     /// Bytes `range` of the snapshot, built from the spill file, the base object and zeros.
+    /// Callers keep `range` small (a body chunk, or a file below the multipart threshold).
     async fn bytes(
         &self,
-        inner: &Inner,
+        reader: &Arc<dyn ObjectReader>,
         target: &Target,
         range: Range<u64>,
     ) -> Result<Bytes, WriteError> {
@@ -59,16 +62,13 @@ impl Snapshot {
         for piece in pieces {
             match piece {
                 Piece::Spill(r) => {
-                    let spill = self.spill.as_ref().ok_or(WriteError::SpillGone)?;
-                    let bytes = DirtyFile::read_spill(spill, r)
-                        .map_err(|source| WriteError::Spill { source })?;
-                    out.extend_from_slice(&bytes);
+                    let spill = self.spill.clone().ok_or(WriteError::SpillGone)?;
+                    out.extend_from_slice(&DirtyFile::read_spill_off_runtime(spill, r).await?);
                 }
                 Piece::Base(base, r) => {
                     // Not sequential: a commit reads just the base bytes around its writes, and
                     // read-ahead would fetch lines nobody needs.
-                    let bytes = inner
-                        .reader
+                    let bytes = reader
                         .read(&target.store, &base, r, false)
                         .await
                         .map_err(|source| WriteError::store(target, source))?;
@@ -80,6 +80,87 @@ impl Snapshot {
         Ok(out.freeze())
     }
 }
+
+/// Bytes `range` of a snapshot as a request body read chunk by chunk (`store::BodySource`):
+/// a part of any size costs two chunks of memory while it is sent.
+struct SnapshotBody {
+    snapshot: Arc<Snapshot>,
+    reader: Arc<dyn ObjectReader>,
+    target: Target,
+    range: Range<u64>,
+    /// Each chunk holds its bytes of `write_buffer_limit_bytes` until the request drops it.
+    buffers: Arc<Budget>,
+    metrics: Arc<Metrics>,
+}
+
+/// Bytes that hold their share of the commit buffer bound (and of `msfs_write_buffered_bytes`)
+/// for as long as any clone lives.
+struct Buffered {
+    bytes: Bytes,
+    reservation: Reservation,
+    metrics: Arc<Metrics>,
+}
+
+impl AsRef<[u8]> for Buffered {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for Buffered {
+    fn drop(&mut self) {
+        self.metrics
+            .add_buffered_bytes(-(self.reservation.bytes() as i64));
+    }
+}
+
+/// `bytes`, counted against `reservation` until the last clone is dropped.
+fn buffered(bytes: Bytes, reservation: Reservation, metrics: &Arc<Metrics>) -> Bytes {
+    metrics.add_buffered_bytes(reservation.bytes() as i64);
+    Bytes::from_owner(Buffered {
+        bytes,
+        reservation,
+        metrics: Arc::clone(metrics),
+    })
+}
+
+impl std::fmt::Debug for SnapshotBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotBody")
+            .field("key", &self.target.key)
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl BodySource for SnapshotBody {
+    fn len(&self) -> u64 {
+        self.range.end - self.range.start
+    }
+
+    async fn read(&self, range: Range<u64>) -> Result<Bytes, StoreError> {
+        let start = self.range.start + range.start;
+        let end = self.range.start + range.end;
+        let reservation = self.buffers.hold(end - start).await;
+        self.snapshot
+            .bytes(&self.reader, &self.target, start..end)
+            .await
+            .map(|bytes| buffered(bytes, reservation, &self.metrics))
+            .map_err(|e| match e {
+                WriteError::Store { source, .. } => source,
+                other => StoreError::Io {
+                    op: "read part body",
+                    key: self.target.key.clone(),
+                    source: std::io::Error::other(other.to_string()),
+                },
+            })
+    }
+}
+
+/// Bodies up to this size are built in memory (and so can be promoted into the read cache in
+/// one piece); larger ones are streamed.
+const IN_MEMORY_BODY: u64 = 8 * BODY_CHUNK;
 
 /// Commits `file` once if it is dirty. Holds the file's commit lock throughout; the caller holds
 /// a commit worker slot.
@@ -94,7 +175,7 @@ pub(super) async fn commit_once(
             return Ok(());
         }
         state.low_water = state.size;
-        (Snapshot::of(&state), state.upload.clone())
+        (Arc::new(Snapshot::of(&state)), state.upload.clone())
     };
     let target = &file.target;
     let started = Instant::now();
@@ -146,6 +227,7 @@ fn rebase(
         state.committed = snapshot.generation;
         // A commit that lands clears any unreported failure of an earlier one.
         state.failure = None;
+        state.stranded = false;
         state.base_len = committed.size.min(state.low_water);
         state.base = Some(committed.clone());
         state.low_water = state.size;
@@ -155,9 +237,12 @@ fn rebase(
         let released = if clean {
             state.dirty = Extents::new();
             // A write between putting its bytes in the spill file and recording them still
-            // needs the file.
-            if state.writers == 0 {
-                state.spill = None;
+            // needs the file. Closing a large unlinked file frees its blocks, which takes the
+            // local filesystem a while: not on the runtime's threads.
+            if state.writers == 0
+                && let Some(spill) = state.spill.take()
+            {
+                tokio::task::spawn_blocking(move || drop(spill));
             }
             std::mem::take(&mut state.budgeted)
         } else {
@@ -202,13 +287,27 @@ impl Promotion {
     }
 }
 
-/// One PutObject of the whole file. Returns the new ETag and the body (for cache promotion).
+/// One PutObject of the whole file. Returns the new ETag and, for a body small enough to have
+/// been built in memory, the body (for cache promotion); a larger one is streamed.
 async fn put_whole(
     inner: &Inner,
     target: &Target,
-    snapshot: &Snapshot,
+    snapshot: &Arc<Snapshot>,
 ) -> Result<(String, Option<Bytes>), WriteError> {
-    let body = snapshot.bytes(inner, target, 0..snapshot.size).await?;
+    if snapshot.size > IN_MEMORY_BODY {
+        let body = snapshot_body(inner, target, snapshot, 0..snapshot.size);
+        let put = target
+            .store
+            .put_from(&target.key, body)
+            .await
+            .map_err(|source| WriteError::store(target, source))?;
+        return Ok((put.etag, None));
+    }
+    let reservation = inner.buffers.hold(snapshot.size).await;
+    let body = snapshot
+        .bytes(&inner.reader, target, 0..snapshot.size)
+        .await?;
+    let body = buffered(body, reservation, &inner.metrics);
     let put = target
         .store
         .put(&target.key, body.clone())
@@ -217,12 +316,28 @@ async fn put_whole(
     Ok((put.etag, Some(body)))
 }
 
+fn snapshot_body(
+    inner: &Inner,
+    target: &Target,
+    snapshot: &Arc<Snapshot>,
+    range: Range<u64>,
+) -> Arc<dyn BodySource> {
+    Arc::new(SnapshotBody {
+        snapshot: Arc::clone(snapshot),
+        reader: Arc::clone(&inner.reader),
+        target: target.clone(),
+        range,
+        buffers: Arc::clone(&inner.buffers),
+        metrics: Arc::clone(&inner.metrics),
+    })
+}
+
 /// A multipart upload of the whole file: parts streamed earlier and still current are reused,
 /// unchanged ranges of the base object copied server-side, the rest uploaded.
 async fn multipart(
     inner: &Arc<Inner>,
     file: &Arc<DirtyFile>,
-    snapshot: &Snapshot,
+    snapshot: &Arc<Snapshot>,
 ) -> Result<String, WriteError> {
     let target = &file.target;
     let _streaming_stopped = StopStreaming::wait(file).await;
@@ -237,21 +352,86 @@ async fn multipart(
             |index, range| state.part_current(index, range),
         )
     };
-    let parts: Vec<CompletedPart> = stream::iter(planned)
+    let sent: Result<Vec<CompletedPart>, WriteError> = stream::iter(planned)
         .map(|part| send_part(inner, file, snapshot, &upload_id, part))
         .buffered(PARTS_IN_PARALLEL)
         .try_collect()
-        .await?;
-    let done = target
+        .await;
+    let parts = match sent {
+        Ok(parts) => parts,
+        Err(e) => {
+            if let WriteError::Store { source, .. } = &e
+                && matches!(source.root(), StoreError::NotFound { .. })
+            {
+                forget_upload(file, &upload_id);
+            }
+            return Err(e);
+        }
+    };
+    let etag = match target
         .store
         .complete_multipart(&target.key, &upload_id, &parts)
         .await
-        .map_err(|source| WriteError::store(target, source))?;
+    {
+        Ok(done) => done.etag,
+        // A retried completion whose first answer was lost finds the upload gone: if the object
+        // is the one these parts make, it landed, and that is no error.
+        Err(e) if matches!(e.root(), StoreError::NotFound { .. }) => {
+            match landed_anyway(target, &parts, snapshot.size).await {
+                Some(etag) => etag,
+                None => {
+                    forget_upload(file, &upload_id);
+                    return Err(WriteError::store(target, e));
+                }
+            }
+        }
+        Err(e) => return Err(WriteError::store(target, e)),
+    };
     inner
         .journal
         .remove(target.store.as_ref(), &target.key, &upload_id)
         .await;
-    Ok(done.etag)
+    Ok(etag)
+}
+
+/// After an upload vanished (aborted by someone else, or completed by an attempt whose answer
+/// was lost), the next commit starts a new one.
+fn forget_upload(file: &DirtyFile, upload_id: &str) {
+    let mut state = file.state();
+    if state.upload.as_ref().is_some_and(|u| u.id == upload_id) {
+        state.upload = None;
+        state.part_changed.clear();
+    }
+}
+
+/// The object's ETag if the store holds, at `target`, exactly the object `parts` complete into:
+/// S3 and garage name a multipart object by the MD5 of its parts' MD5s, with the part count.
+async fn landed_anyway(target: &Target, parts: &[CompletedPart], size: u64) -> Option<String> {
+    let expected = multipart_etag(parts)?;
+    let head = target.store.head(&target.key).await.ok()??;
+    let landed = head.size == size && head.etag.trim_matches('"') == expected;
+    tracing::info!(backend = %target.backend, key = %target.key, landed,
+        "a multipart completion was retried and found its upload gone; checked the object");
+    landed.then_some(head.etag)
+}
+
+/// `hex(md5(md5(part 1) ‖ … ‖ md5(part n)))-n`, or `None` when a part's ETag is not an MD5.
+pub(super) fn multipart_etag(parts: &[CompletedPart]) -> Option<String> {
+    use md5::Digest;
+    let mut hasher = md5::Md5::new();
+    for part in parts {
+        let hex = part.etag.trim_matches('"');
+        if hex.len() != 32 {
+            return None;
+        }
+        for pair in hex.as_bytes().chunks(2) {
+            let pair = std::str::from_utf8(pair).ok()?;
+            hasher.update([u8::from_str_radix(pair, 16).ok()?]);
+        }
+    }
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("{hex}-{}", parts.len()))
 }
 
 /// Stops parts from being streamed while a commit sends its own, after waiting for those in
@@ -282,7 +462,7 @@ impl Drop for StopStreaming<'_> {
 async fn send_part(
     inner: &Inner,
     file: &DirtyFile,
-    snapshot: &Snapshot,
+    snapshot: &Arc<Snapshot>,
     upload_id: &str,
     part: PlannedPart,
 ) -> Result<CompletedPart, WriteError> {
@@ -316,10 +496,10 @@ async fn send_part(
                 .await
         }
         Source::Upload => {
-            let body = snapshot.bytes(inner, target, part.range.clone()).await?;
+            let body = snapshot_body(inner, target, snapshot, part.range.clone());
             target
                 .store
-                .upload_part(&target.key, upload_id, number, body)
+                .upload_part_from(&target.key, upload_id, number, body)
                 .await
         }
     }
@@ -508,16 +688,16 @@ async fn stream_part(
     // The generation is noted before the bytes are read (see `file`'s module doc).
     let snapshot = {
         let state = file.state();
-        Snapshot::of(&state)
+        Arc::new(Snapshot::of(&state))
     };
     if range.end > snapshot.size {
         return Ok(()); // truncated meanwhile
     }
-    let body = snapshot.bytes(inner, target, range.clone()).await?;
+    let body = snapshot_body(inner, target, &snapshot, range.clone());
     let number = i32::try_from(index + 1).unwrap_or(i32::MAX);
     let part = target
         .store
-        .upload_part(&target.key, &upload_id, number, body)
+        .upload_part_from(&target.key, &upload_id, number, body)
         .await
         .map_err(|source| WriteError::store(target, source))?;
     remember_part(file, &upload_id, index, snapshot.generation, range, part);

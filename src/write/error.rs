@@ -30,8 +30,10 @@ pub enum WriteError {
     },
     #[error("the spill file of a file being written is gone")]
     SpillGone,
-    #[error("a write of {len} bytes at {offset} is past the largest file size")]
-    TooLarge { offset: u64, len: u64 },
+    #[error(
+        "a file of {size} bytes is past the largest object this backend can hold ({max} bytes)"
+    )]
+    TooLarge { size: u64, max: u64 },
     #[error("backend {backend}: {source}")]
     Store {
         backend: String,
@@ -47,6 +49,16 @@ pub enum WriteError {
 }
 
 impl WriteError {
+    /// Whether the commit that failed so would fail the same way however often it is retried
+    /// (see `StoreError::is_terminal`): it stops retrying on its own and keeps the data.
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            WriteError::Store { source, .. } => source.is_terminal(),
+            WriteError::TooLarge { .. } | WriteError::Internal(_) => true,
+            _ => false,
+        }
+    }
+
     pub(super) fn store(target: &Target, source: StoreError) -> WriteError {
         WriteError::Store {
             backend: target.backend.clone(),

@@ -79,6 +79,10 @@ pub(super) struct State {
     pub failure: Option<String>,
     /// Unlinked or renamed away: nothing more is committed.
     pub deleted: bool,
+    /// A commit failed in a way no retry can fix (`WriteError::is_terminal`): the bytes stay
+    /// in the spill file and the next fsync or close tries again, but until a commit lands
+    /// they are not counted against the dirty bound (nothing would ever free them).
+    pub stranded: bool,
     /// Open handles on this file through any mount.
     pub handles: usize,
     /// A background commit task is scheduled or running.
@@ -117,6 +121,12 @@ impl State {
 
     pub fn is_dirty(&self) -> bool {
         self.generation != self.committed
+    }
+
+    /// Whether this file's new dirty bytes count against the engine's bound: only while a
+    /// commit could free them.
+    pub fn counts_against_budget(&self) -> bool {
+        !self.deleted && !self.stranded
     }
 
     /// Records a change to `range` (already in the spill file): marks it dirty, grows the size,
@@ -208,6 +218,7 @@ impl DirtyFile {
                 low_water: size,
                 failure: None,
                 deleted: false,
+                stranded: false,
                 handles: 0,
                 background: false,
                 budgeted: 0,
@@ -246,6 +257,18 @@ impl DirtyFile {
     /// set by the store at commit; this is what the application asked for meanwhile.)
     pub fn set_mtime(&self, mtime: SystemTime) {
         self.state().mtime = mtime;
+    }
+
+    /// `read_spill` on a blocking-pool thread: a slow or stalled local disk must not hold up the
+    /// async runtime's threads (and with them every other request of the process).
+    pub(super) async fn read_spill_off_runtime(
+        spill: Arc<File>,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, super::WriteError> {
+        tokio::task::spawn_blocking(move || Self::read_spill(&spill, range))
+            .await
+            .map_err(|_| super::WriteError::Internal("a spill read task panicked"))?
+            .map_err(|source| super::WriteError::Spill { source })
     }
 
     /// Reads `range` of the spill file; short only if the spill file is (a hole reads as zeros).

@@ -50,6 +50,9 @@ use journal::{Recovered, UploadJournal};
 
 /// Parts of streamed uploads in flight across the process, per commit worker.
 const STREAMED_PARTS_PER_WORKER: usize = 2;
+/// How often a read of a file being written plans again after a commit replaced its base
+/// object under it (each time after that commit has finished).
+const READ_REPLANS: u32 = 10;
 /// Background commit retries back off from the first to the last delay, doubling.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_LAST: Duration = Duration::from_secs(60);
@@ -62,6 +65,8 @@ pub struct WriteConfig {
     pub commit_workers: usize,
     /// Dirty bytes across all files beyond which writers wait.
     pub dirty_limit: u64,
+    /// Bytes commits in flight may hold in memory (part chunks, whole small bodies), process-wide.
+    pub buffer_limit: u64,
     /// Admit committed bytes into the read cache.
     pub promote: bool,
     /// Where the spill directory is created (the system temp dir when `None`).
@@ -87,6 +92,8 @@ struct Inner {
     commit_slots: Semaphore,
     streamed_parts: Arc<Semaphore>,
     budget: Budget,
+    /// What commits in flight hold in memory (`write_buffer_limit_bytes`).
+    buffers: Arc<Budget>,
     reader: Arc<dyn ObjectReader>,
     cache: Option<Arc<LineCache>>,
     metrics: Arc<Metrics>,
@@ -127,6 +134,7 @@ impl WriteEngine {
                 commit_slots: Semaphore::new(workers),
                 streamed_parts: Arc::new(Semaphore::new(workers * STREAMED_PARTS_PER_WORKER)),
                 budget: Budget::new(config.dirty_limit),
+                buffers: Arc::new(Budget::new(config.buffer_limit)),
                 reader,
                 cache,
                 metrics,
@@ -261,7 +269,8 @@ impl WriteEngine {
         });
     }
 
-    /// Writes `data` at `offset`. Waits (never fails) while dirty data is over its bound.
+    /// Writes `data` at `offset`. Waits (never fails) while dirty data is over its bound; fails
+    /// with `TooLarge` (EFBIG) past the largest object the store can hold.
     pub async fn write(
         &self,
         file: &Arc<DirtyFile>,
@@ -269,36 +278,69 @@ impl WriteEngine {
         data: &[u8],
     ) -> Result<(), WriteError> {
         let len = data.len() as u64;
-        let end = offset
+        let max = file.target.store.max_object_size();
+        offset
             .checked_add(len)
-            .ok_or(WriteError::TooLarge { offset, len })?;
+            .filter(|end| *end <= max)
+            .ok_or(WriteError::TooLarge {
+                size: offset.saturating_add(len),
+                max,
+            })?;
+        let end = offset + len;
         if len == 0 {
             return Ok(());
         }
-        self.reserve(file, len).await;
-        let spill = match self.inner.spill_of(file) {
-            Ok(spill) => spill,
+        // Bytes that can never be committed (the file is unlinked, or its commit failed for
+        // good) are not counted against the bound: no commit could ever free them, and a writer
+        // waiting for that would wait forever and hold up every writer of the process.
+        let reserved = if file.state().counts_against_budget() {
+            self.reserve(file, len).await;
+            len
+        } else {
+            0
+        };
+        // Bytes first, record second (see `file`'s module doc); the spill file's create and
+        // pwrite run on the blocking pool, so a stalled local disk stalls only this write.
+        let written = {
+            let (inner, spilled, bytes) = (
+                Arc::clone(&self.inner),
+                Arc::clone(file),
+                Bytes::copy_from_slice(data),
+            );
+            tokio::task::spawn_blocking(move || {
+                let spill = inner.spill_of(&spilled)?;
+                Ok::<_, WriteError>(spill.write_all_at(&bytes, offset))
+            })
+            .await
+            .unwrap_or(Err(WriteError::Internal("a spill write task panicked")))
+        };
+        let written = match written {
+            Ok(written) => written,
             Err(e) => {
-                self.inner.budget.release(len);
+                self.inner.budget.release(reserved);
                 return Err(e);
             }
         };
-        // Bytes first, record second (see `file`'s module doc).
-        let written = spill.write_all_at(data, offset);
-        let fresh = {
+        let counted = {
             let mut state = file.state();
             state.writers -= 1;
             if let Err(source) = written {
                 drop(state);
-                self.inner.budget.release(len);
+                self.inner.budget.release(reserved);
                 return Err(WriteError::Spill { source });
             }
             let fresh = state.record_write(offset..end);
-            state.budgeted += fresh;
-            fresh
+            // Unlinked or stranded meanwhile: whatever `forget`/stranding took was all there was.
+            let counted = if reserved > 0 && state.counts_against_budget() {
+                fresh
+            } else {
+                0
+            };
+            state.budgeted += counted;
+            counted
         };
-        self.inner.budget.release(len - fresh);
-        self.inner.metrics.add_dirty_bytes(fresh as i64);
+        self.inner.budget.release(reserved - counted);
+        self.inner.metrics.add_dirty_bytes(counted as i64);
         self.inner
             .metrics
             .record_bytes_written(&file.target.backend, data.len());
@@ -337,7 +379,8 @@ impl WriteEngine {
                 // finished (and made its object the base), the new base holds the same bytes for
                 // every range not dirty, so planning again is enough.
                 Err(WriteError::Store { source, .. })
-                    if matches!(source.root(), StoreError::Changed { .. }) && attempt < 3 =>
+                    if matches!(source.root(), StoreError::Changed { .. })
+                        && attempt < READ_REPLANS =>
                 {
                     attempt += 1;
                     drop(file.commit_lock.lock().await);
@@ -369,11 +412,8 @@ impl WriteEngine {
         for piece in pieces {
             parts.push(match piece {
                 Piece::Spill(r) => {
-                    let spill = spill.as_ref().ok_or(WriteError::SpillGone)?;
-                    Bytes::from(
-                        DirtyFile::read_spill(spill, r)
-                            .map_err(|source| WriteError::Spill { source })?,
-                    )
+                    let spill = spill.clone().ok_or(WriteError::SpillGone)?;
+                    Bytes::from(DirtyFile::read_spill_off_runtime(spill, r).await?)
                 }
                 Piece::Base(base, r) => self
                     .inner
@@ -394,8 +434,13 @@ impl WriteEngine {
         Ok(out.freeze())
     }
 
-    /// Sets the file's size: shrinking drops bytes, growing adds zeros.
+    /// Sets the file's size: shrinking drops bytes, growing adds zeros. A size past the largest
+    /// object the store can hold fails with `TooLarge` (EFBIG) here, not at the commit.
     pub fn truncate(&self, file: &Arc<DirtyFile>, size: u64) -> Result<(), WriteError> {
+        let max = file.target.store.max_object_size();
+        if size > max {
+            return Err(WriteError::TooLarge { size, max });
+        }
         let dropped = {
             let mut state = file.state();
             if let Some(spill) = &state.spill
@@ -463,12 +508,21 @@ impl WriteEngine {
                         // A commit that landed meanwhile (an fsync's) left the file clean:
                         // nothing failed, and nothing is left to retry.
                         Err(_) if !state.is_dirty() => false,
+                        Err(e) if e.is_terminal() => {
+                            state.failure = Some(e.to_string());
+                            false
+                        }
                         Err(e) => {
                             state.failure = Some(e.to_string());
                             !state.deleted
                         }
                     }
                 };
+                if let Err(e) = &result
+                    && e.is_terminal()
+                {
+                    inner.strand(&file, e);
+                }
                 if let Err(e) = &result
                     && again
                 {
@@ -527,6 +581,11 @@ impl WriteEngine {
     pub fn dirty_bytes(&self) -> u64 {
         self.inner.budget.used()
     }
+
+    /// Bytes commits in flight hold in memory right now.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.inner.buffers.used()
+    }
 }
 
 impl Inner {
@@ -561,6 +620,27 @@ impl Inner {
         state.spill = Some(Arc::clone(&spill));
         state.writers += 1;
         Ok(spill)
+    }
+
+    /// A commit of `file` failed for good: stop counting its bytes against the bound, so the
+    /// rest of the process keeps writing, and say so once, naming the file. The data stays in
+    /// the spill file; the failure is reported at the next fsync (or close with
+    /// `flush_on_close`), which also tries the commit again.
+    fn strand(&self, file: &DirtyFile, error: &WriteError) {
+        let released = {
+            let mut state = file.state();
+            if state.stranded || state.deleted {
+                return;
+            }
+            state.stranded = true;
+            std::mem::take(&mut state.budgeted)
+        };
+        self.budget.release(released);
+        self.metrics.add_dirty_bytes(-(released as i64));
+        self.metrics.record_commit_abandoned(&file.target.backend);
+        tracing::error!(backend = %file.target.backend, key = %file.target.key, error = %error,
+            "this file cannot be committed and is no longer retried in the background; its data \
+             is kept locally, fsync and close report the failure and try again");
     }
 
     /// Drops the engine's reference to a file that is clean (or deleted), unused and not being

@@ -14,17 +14,18 @@ use super::extents::Extents;
 /// S3's smallest part (all but the last).
 pub const MIN_PART: u64 = 5 << 20;
 /// S3's most parts in one upload.
-pub const MAX_PARTS: u64 = 10_000;
+pub const MAX_PARTS: u64 = crate::store::MAX_PARTS;
 /// The grid for files up to `DEFAULT_PART * MAX_PARTS` (78 GiB): big enough to keep request
 /// counts low, small enough that rewriting a few bytes re-sends little.
 pub const DEFAULT_PART: u64 = 8 << 20;
 
 /// The part size for a file of `size` bytes: [`DEFAULT_PART`], or the smallest whole number of
-/// MiB that keeps the part count within [`MAX_PARTS`].
+/// MiB that keeps the part count within [`MAX_PARTS`]; never past S3's 5 GiB part (sizes beyond
+/// `MAX_PARTS` such parts are refused before they reach a commit).
 pub fn part_size_for(size: u64) -> u64 {
     const MIB: u64 = 1 << 20;
     let needed = size.div_ceil(MAX_PARTS).div_ceil(MIB) * MIB;
-    needed.max(DEFAULT_PART)
+    needed.clamp(DEFAULT_PART, crate::store::MAX_PART_SIZE)
 }
 
 /// How many parts a file of `size` bytes has on a grid of `part_size`.
@@ -108,6 +109,14 @@ mod tests {
         assert!(part_count(huge, size) <= MAX_PARTS);
         let five_tib = 5 * (1u64 << 40);
         assert!(part_count(five_tib, part_size_for(five_tib)) <= MAX_PARTS);
+        let largest = crate::store::MAX_OBJECT_SIZE;
+        assert_eq!(part_size_for(largest), crate::store::MAX_PART_SIZE);
+        assert_eq!(part_count(largest, part_size_for(largest)), MAX_PARTS);
+        assert_eq!(
+            part_size_for(u64::MAX),
+            crate::store::MAX_PART_SIZE,
+            "never a part past 5 GiB"
+        );
     }
 
     #[test]

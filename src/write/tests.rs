@@ -25,6 +25,7 @@ fn fixture(threshold: u64, dirty_limit: u64) -> Fixture {
         multipart_threshold: threshold,
         commit_workers: 2,
         dirty_limit,
+        buffer_limit: 256 << 20,
         promote: false,
         spill_parent: Some(spill.path().to_path_buf()),
         journal_parent: None,
@@ -411,6 +412,197 @@ async fn a_forgotten_file_is_never_committed() {
     assert!(f.stored("gone").is_none());
     assert_eq!(f.engine.dirty_bytes(), 0);
     assert!(f.engine.find("test-store", "gone").is_none());
+}
+
+/// Issue #18's first case: a file unlinked while open, written on past the bound. Its bytes can
+/// never be committed, so they must not count against the bound; before, every writer of the
+/// process waited forever for a commit that returned at once for a deleted file.
+#[tokio::test]
+async fn writes_to_a_file_unlinked_while_open_never_wait_for_the_dirty_bound() {
+    let f = fixture(64 * MIB, MIB);
+    let scratch = f.engine.create(f.target("scratch")).await;
+    let chunk = vec![7u8; 64 * 1024];
+    f.engine.write(&scratch, 0, &chunk).await.expect("write");
+    f.engine.forget("test-store", "scratch").await;
+    let written = tokio::time::timeout(Duration::from_secs(60), async {
+        for i in 1..64u64 {
+            f.engine
+                .write(&scratch, i * chunk.len() as u64, &chunk)
+                .await
+                .expect("write");
+        }
+    })
+    .await;
+    assert!(
+        written.is_ok(),
+        "writes past the bound to an unlinked file hung"
+    );
+    assert_eq!(f.engine.dirty_bytes(), 0, "nothing of it is counted");
+    assert_eq!(
+        f.read_all(&scratch).await.len() as u64,
+        4 * MIB,
+        "it still reads back"
+    );
+    let other = f.engine.create(f.target("other")).await;
+    let body = Rng(9).bytes((2 * MIB) as usize);
+    tokio::time::timeout(Duration::from_secs(60), f.engine.write(&other, 0, &body))
+        .await
+        .expect("another file's writer is not held back")
+        .expect("write");
+    f.engine.commit(&other).await.expect("commit");
+    assert_eq!(f.stored("other").as_deref(), Some(&body[..]));
+    assert!(f.stored("scratch").is_none());
+    f.engine.release(&scratch);
+}
+
+/// A commit the store refuses for good (AccessDenied) stops retrying, keeps the data, frees the
+/// bound for every other writer, and is reported at the next fsync, which tries again.
+#[tokio::test]
+async fn a_commit_refused_for_good_stops_retrying_keeps_the_data_and_frees_the_bound() {
+    let f = fixture(64 * MIB, MIB);
+    let denied = f.engine.create(f.target("denied")).await;
+    let body = Rng(11).bytes((900 * 1024) as usize);
+    f.engine.write(&denied, 0, &body).await.expect("write");
+    f.store.deny_writes.store(true, Ordering::SeqCst);
+    f.engine.commit_in_background(&denied);
+    for _ in 0..500 {
+        if denied.state().stranded {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(denied.state().stranded, "the failure was taken as final");
+    assert_eq!(
+        f.engine.dirty_bytes(),
+        0,
+        "its bytes no longer hold the bound"
+    );
+    let puts = f.store.calls("put");
+    // Past the first background retry delay: nothing is retried on its own.
+    tokio::time::sleep(RETRY_FIRST + Duration::from_millis(500)).await;
+    assert_eq!(
+        f.store.calls("put"),
+        puts,
+        "no retry loop against a final error"
+    );
+    f.store.deny_writes.store(false, Ordering::SeqCst);
+    let other = f.engine.create(f.target("other")).await;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        f.engine
+            .write(&other, 0, &Rng(12).bytes((900 * 1024) as usize)),
+    )
+    .await
+    .expect("another writer proceeds")
+    .expect("write");
+    let reported = f.engine.fsync(&denied).await;
+    assert!(
+        matches!(reported, Err(WriteError::EarlierCommitFailed { .. })),
+        "{reported:?}"
+    );
+    assert_eq!(
+        f.stored("denied").as_deref(),
+        Some(&body[..]),
+        "the fsync tried again"
+    );
+    assert!(!denied.state().stranded);
+    f.engine.fsync(&denied).await.expect("reported once");
+}
+
+/// Sizes past what the store can hold are refused when asked for, not at the commit (issue #18:
+/// a truncate to 10^15 bytes used to be accepted, then aborted the process at commit).
+#[tokio::test]
+async fn sizes_past_the_store_limit_are_refused_before_any_commit() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let max = crate::store::MAX_OBJECT_SIZE;
+    let file = f.engine.create(f.target("huge")).await;
+    let refused = f.engine.truncate(&file, 999_999_999_999_999);
+    assert!(
+        matches!(refused, Err(WriteError::TooLarge { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        f.engine.truncate(&file, max + 1),
+        Err(WriteError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        f.engine.write(&file, max, b"x").await,
+        Err(WriteError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        f.engine.write(&file, u64::MAX, b"x").await,
+        Err(WriteError::TooLarge { .. })
+    ));
+    f.engine
+        .truncate(&file, max)
+        .expect("the largest size itself is allowed");
+    assert_eq!(file.meta().size, max);
+    f.engine.forget("test-store", "huge").await;
+    f.engine.release(&file);
+}
+
+/// Commits draw their in-memory chunks from `write_buffer_limit_bytes`: with room for about one
+/// chunk, a multipart commit of parts sent four at a time still completes, and every byte held
+/// comes back.
+#[tokio::test]
+async fn commits_within_a_tiny_buffer_bound_complete_and_give_their_memory_back() {
+    let data = tempfile::tempdir().expect("data dir");
+    let spill = tempfile::tempdir().expect("spill dir");
+    let store = TestStore::new(data.path(), "test-store");
+    let config = WriteConfig {
+        multipart_threshold: 5 * MIB,
+        commit_workers: 2,
+        dirty_limit: 1 << 30,
+        buffer_limit: 2 * MIB,
+        promote: false,
+        spill_parent: Some(spill.path().to_path_buf()),
+        journal_parent: None,
+    };
+    let engine =
+        WriteEngine::new(config, Arc::new(DirectReader), None, Metrics::new()).expect("engine");
+    let target = Target {
+        store: store.clone(),
+        backend: "test".into(),
+        key: "big".into(),
+        observer: None,
+    };
+    let body = Rng(21).bytes((40 * MIB) as usize);
+    let file = engine.create(target).await;
+    // Written backwards, so no part is streamed early: the commit sends them all.
+    for (i, chunk) in body.chunks(MIB as usize).enumerate().rev() {
+        engine
+            .write(&file, i as u64 * MIB, chunk)
+            .await
+            .expect("write");
+    }
+    let small = engine
+        .create(Target {
+            store: store.clone(),
+            backend: "test".into(),
+            key: "small".into(),
+            observer: None,
+        })
+        .await;
+    engine
+        .write(&small, 0, &body[..(3 * MIB) as usize])
+        .await
+        .expect("write");
+    let (big, small_commit) = tokio::time::timeout(Duration::from_secs(120), async {
+        tokio::join!(engine.commit(&file), engine.commit(&small))
+    })
+    .await
+    .expect("no commit waits forever for buffer room");
+    big.expect("commit big");
+    small_commit.expect("commit small");
+    assert_eq!(
+        std::fs::read(data.path().join("big")).ok().as_deref(),
+        Some(&body[..])
+    );
+    assert_eq!(
+        engine.buffered_bytes(),
+        0,
+        "every chunk gave its bytes back"
+    );
 }
 
 #[tokio::test]

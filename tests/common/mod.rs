@@ -42,6 +42,14 @@ pub fn config_yaml(backends: &[String]) -> String {
 
 /// Like [`config_yaml`], with `top_level` (complete `key: value` lines, no
 /// indentation, e.g. `"cache_lines: 64\n"`) placed before `backends:`.
+/// A TCP port on 127.0.0.1 that nothing listens on right now (for a metrics endpoint).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 pub fn config_yaml_with(top_level: &str, backends: &[String]) -> String {
     let mut text = String::from("msfs_version: 1\n");
     text.push_str(top_level);

@@ -288,6 +288,59 @@ pub fn mount_fstype(path: &Path) -> Option<String> {
     found
 }
 
+/// The device number (`MAJOR:MINOR`) of the topmost mount at `path`, per
+/// `/proc/self/mountinfo`; like [`is_mounted`], it never touches `path`.
+pub fn mount_device(path: &Path) -> Option<(u32, u32)> {
+    let mountinfo = std::fs::read("/proc/self/mountinfo").ok()?;
+    let candidates = path_candidates(path);
+    let mut found = None;
+    for line in mountinfo.split(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let (Some(device), Some(mount_point)) = (fields.get(2), fields.get(4)) else {
+            continue;
+        };
+        let mount_point = PathBuf::from(OsString::from_vec(unescape_octal(mount_point)));
+        if candidates.contains(&mount_point) {
+            let device = String::from_utf8_lossy(device);
+            found = device
+                .split_once(':')
+                .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+        }
+    }
+    found
+}
+
+/// Where the kernel's FUSE control filesystem lists connections.
+const FUSECTL: &str = "/sys/fs/fuse/connections";
+
+/// Aborts the FUSE connection of the mount at `path` through fusectl (mounting fusectl first
+/// when nothing is there): every request in flight and every later one fails with `ENOTCONN`,
+/// so whatever is blocked in the mount comes back, whatever its server does. For hang guards:
+/// returns what it did, for the failure message.
+pub fn abort_fuse_connection(path: &Path) -> String {
+    let Some((_, minor)) = mount_device(path) else {
+        return format!("nothing mounted at {} to abort", path.display());
+    };
+    let connections = Path::new(FUSECTL);
+    let empty = std::fs::read_dir(connections).map_or(true, |mut d| d.next().is_none());
+    if empty {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "none", FUSECTL])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let abort = connections.join(minor.to_string()).join("abort");
+    match std::fs::write(&abort, "1") {
+        Ok(()) => format!("aborted the FUSE connection through {}", abort.display()),
+        Err(e) => format!(
+            "could not abort the FUSE connection ({}: {e})",
+            abort.display()
+        ),
+    }
+}
+
 /// `path` as given, and with its parent canonicalized (the kernel lists
 /// resolved paths). The last component is never resolved: stat'ing a mount
 /// point can hang on a dead FUSE server.

@@ -27,8 +27,10 @@ write_cache_promotion: true
 multipart_upload_threshold_bytes: 8388608
 write_commit_workers: 16
 write_dirty_limit_bytes: 1073741824
+write_buffer_limit_bytes: 67108864
 process_memory_limit: 0
 auto_sighup_interval: 300
+fuse_request_stall_warn_secs: 120
 endpoint: http://0.0.0.0:9100
 backends:
   - dir_name: train
@@ -97,8 +99,10 @@ fn full_v1_expected(source: &str) -> Config {
         multipart_upload_threshold_bytes: 8_388_608,
         write_commit_workers: 16,
         write_dirty_limit_bytes: 1 << 30,
+        write_buffer_limit_bytes: 64 << 20,
         process_memory_limit: 0,
         auto_sighup_interval: Some(Duration::from_secs(300)),
+        fuse_request_stall_warn: Some(Duration::from_secs(120)),
         metrics_endpoint: Some("http://0.0.0.0:9100".into()),
         telemetry: None,
         backends: vec![
@@ -244,8 +248,10 @@ fn v1_defaults_match_the_reference_table() {
     assert_eq!(c.multipart_upload_threshold_bytes, 67_108_864);
     assert_eq!(c.write_commit_workers, 8);
     assert_eq!(c.write_dirty_limit_bytes, 4 << 30);
+    assert_eq!(c.write_buffer_limit_bytes, 256 << 20);
     assert_eq!(c.process_memory_limit, 4_294_967_296);
     assert_eq!(c.auto_sighup_interval, None);
+    assert_eq!(c.fuse_request_stall_warn, Some(Duration::from_secs(60)));
     assert_eq!(c.metrics_endpoint, None);
     assert_eq!(c.telemetry, None);
 

@@ -34,6 +34,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto ./proto
 COPY src ./src
+# fuser as patched in-tree (vendor/fuser/MSFS-CHANGES.md).
+COPY vendor ./vendor
 # The cache mounts keep the registry and target directory between builds; the binary is
 # copied out of the cached target directory in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod engines;
 pub mod fs;
 pub mod fuse;
+pub mod holder;
 pub mod manifest;
 pub mod private_dir;
 pub mod store;

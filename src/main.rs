@@ -50,6 +50,20 @@ enum Command {
         config: Option<PathBuf>,
         /// Where to mount. Default: $MSFS_MOUNTPOINT, else the configuration's `mountpoint`.
         mountpoint: Option<PathBuf>,
+        /// Take over the live mount at MOUNTPOINT from a daemon that died or was killed: its
+        /// FUSE connection, kept open by the fd holder, is served again; open files, written
+        /// bytes and waiting requests carry on. Fails when no connection is held there.
+        #[arg(long)]
+        takeover: bool,
+        /// Where the daemon keeps what a successor needs (the fd holder's socket, the kernel
+        /// state journal). Default: /run/msfs for root, else $XDG_RUNTIME_DIR/msfs or
+        /// /tmp/msfs-UID.
+        #[arg(long, env = "MSFS_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Serve without an fd holder: the mount then ends with the process, as with other
+        /// FUSE filesystems.
+        #[arg(long)]
+        no_fd_holder: bool,
     },
     /// Parse and validate a configuration file, print what it mounts, and exit.
     CheckConfig {
@@ -85,6 +99,19 @@ enum Command {
     /// themselves only for read-only backends). Lists through the backend named by its
     /// AIStore `manifest_gen_backend`, when set.
     GenerateManifest(GenerateManifestArgs),
+    /// Keep mounts' /dev/fuse descriptors open across restarts of the process serving them, so
+    /// that their FUSE connections survive it. Stops on SIGTERM or SIGINT only once it holds
+    /// no descriptor.
+    FdHolder {
+        /// The unix socket to serve; its directory is created (mode 0700), a stale socket from
+        /// a dead holder is replaced.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Exit once the last held descriptor is gone and no client is connected, or 60 s after
+        /// starting if none was ever handed over.
+        #[arg(long)]
+        exit_when_empty: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -132,10 +159,14 @@ fn load_config(explicit: Option<PathBuf>) -> Result<config::Config, String> {
     Ok(loaded.config)
 }
 
-fn mount(config: Option<PathBuf>, mountpoint: Option<PathBuf>) -> Result<(), String> {
+fn mount(
+    config: Option<PathBuf>,
+    mountpoint: Option<PathBuf>,
+    survival: daemon::Survival,
+) -> Result<(), String> {
     let config = load_config(config)?;
     let mountpoint = daemon::choose_mountpoint(mountpoint.as_deref(), &config);
-    daemon::run(config, mountpoint).map_err(|e| e.to_string())
+    daemon::run(config, mountpoint, survival).map_err(|e| e.to_string())
 }
 
 fn check_config(config: Option<PathBuf>) -> Result<(), String> {
@@ -293,6 +324,11 @@ struct CsiArgs {
     /// Most volumes this node serves (reported to the scheduler); 0 means no limit.
     #[arg(long, default_value_t = 0)]
     max_volumes: usize,
+    /// The socket of an `msfs fd-holder` (its own container of the plugin pod) that keeps each
+    /// volume's FUSE connection: a killed or restarted plugin then takes its volumes over and
+    /// pods see no error. Without it, a restart remounts the volumes.
+    #[arg(long, env = "MSFS_FD_HOLDER_SOCKET")]
+    fd_holder_socket: Option<PathBuf>,
     /// Node-wide settings in the `msfs_version: 1` format (cache_*, write_*, fuse_workers,
     /// opentelemetry); backends are ignored. Default: built-in defaults.
     #[arg(env = "MSFS_CSI_CONFIG")]
@@ -320,6 +356,7 @@ fn csi(args: CsiArgs) -> Result<(), String> {
         metrics_address: args.metrics_address,
         kubelet_dir: args.kubelet_dir,
         max_volumes: args.max_volumes,
+        fd_holder_socket: args.fd_holder_socket,
         config,
     })
 }
@@ -333,8 +370,22 @@ fn main() -> ExitCode {
         let cli = Cli::parse();
         init_logging(cli.log_format);
         match cli.command {
-            None => mount(None, None),
-            Some(Command::Mount { config, mountpoint }) => mount(config, mountpoint),
+            None => mount(None, None, daemon::Survival::defaults()),
+            Some(Command::Mount {
+                config,
+                mountpoint,
+                takeover,
+                state_dir,
+                no_fd_holder,
+            }) => mount(
+                config,
+                mountpoint,
+                daemon::Survival {
+                    state_dir: state_dir.unwrap_or_else(daemon::default_state_dir),
+                    fd_holder: !no_fd_holder,
+                    takeover,
+                },
+            ),
             Some(Command::CheckConfig { config }) => check_config(config),
             Some(Command::Csi(args)) => csi(args),
             Some(Command::AbortUploads {
@@ -344,6 +395,11 @@ fn main() -> ExitCode {
                 dry_run,
             }) => abort_uploads(config, backend, older_than_hours, dry_run),
             Some(Command::GenerateManifest(args)) => generate_manifest(args),
+            Some(Command::FdHolder {
+                socket,
+                exit_when_empty,
+            }) => msfs::holder::serve(&socket, msfs::holder::ServeOptions { exit_when_empty })
+                .map_err(|e| e.to_string()),
         }
     };
     match result {

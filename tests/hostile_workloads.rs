@@ -16,10 +16,9 @@ use std::os::fd::IntoRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::mount::abort_fuse_connection;
+use common::mount::{daemon_log, within};
 use common::{Garage, MsfsMount, config_yaml_with, pattern, s3_backend_yaml, wait_until};
 
 const MIB: usize = 1 << 20;
@@ -64,44 +63,6 @@ fn start_with(bucket: &str, more: &[(&str, &str)]) -> (Garage, MsfsMount) {
         .collect();
     let mount = MsfsMount::start(&config_yaml_with(&top, &backends), "yaml").expect("mount");
     (garage, mount)
-}
-
-/// The last lines of the daemon's log (stdout and stderr).
-fn daemon_log(mount: &MsfsMount) -> String {
-    let log = mount.stdout_text() + &mount.stderr_text();
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-/// Runs `step` on a thread of its own and returns its result; if it has not finished within
-/// `limit`, aborts the mount's FUSE connection and fails the test, saying it hung doing `what`.
-fn within<T: Send + 'static>(
-    mount: &MsfsMount,
-    limit: Duration,
-    what: &str,
-    step: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (done_tx, done_rx) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let out = step();
-        let _ = done_tx.send(());
-        out
-    });
-    match done_rx.recv_timeout(limit) {
-        // Disconnected: the step panicked; join hands its panic on.
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => thread
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            let aborted = abort_fuse_connection(mount.path());
-            panic!(
-                "HUNG: {what}: no answer within {limit:?} (msfs pid {}); {aborted}\n\
-                 --- msfs log (tail) ---\n{}",
-                mount.pid(),
-                daemon_log(mount)
-            );
-        }
-    }
 }
 
 /// The errno of a failed call.

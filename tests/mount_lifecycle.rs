@@ -327,9 +327,12 @@ fn mount_t_msfs_and_an_fstab_line_mount_through_the_helper() {
 
 #[test]
 fn a_dead_daemons_mountpoint_can_be_mounted_again() {
+    // Without an fd holder the connection dies with its daemon, as with other FUSE
+    // filesystems (with one, the next daemon takes it over: tests/takeover.rs).
     let garage = seeded_garage();
     let config = config_yaml(&[s3_backend_yaml("data", "life", "", &garage)]);
-    let mut first = MsfsMount::start(&config, "yaml").expect("mount");
+    let mut first =
+        MsfsMount::start_with_args(&config, "yaml", &["--no-fd-holder"]).expect("mount");
     let mountpoint = first.path().to_path_buf();
     let config_path = first.config_path().to_path_buf();
     // The kernel keeps the root's attributes after this, so the dead mount below still `stat`s
@@ -344,6 +347,7 @@ fn a_dead_daemons_mountpoint_can_be_mounted_again() {
         .arg("mount")
         .arg(&config_path)
         .arg(&mountpoint)
+        .arg("--no-fd-holder")
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("remount");

@@ -23,6 +23,7 @@ pub mod proto;
 mod request;
 mod service_account;
 mod state;
+mod takeover;
 mod volumes;
 
 use std::path::{Path, PathBuf};
@@ -58,6 +59,8 @@ pub struct CsiOptions {
     pub kubelet_dir: PathBuf,
     /// Reported in NodeGetInfo and enforced at publish; 0 means no limit.
     pub max_volumes: usize,
+    /// An fd holder keeping every volume's FUSE connection across restarts (`None`: none).
+    pub fd_holder_socket: Option<PathBuf>,
     /// Node-wide settings (cache, write engine, telemetry); its backends are ignored.
     pub config: Config,
 }
@@ -167,7 +170,12 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
     let staging_dir = options.state_dir.join("staging");
     std::fs::create_dir_all(&staging_dir)
         .map_err(|e| format!("cannot create {}: {e}", staging_dir.display()))?;
-    clean_stale_staging(&staging_dir);
+    let held = options
+        .fd_holder_socket
+        .as_deref()
+        .map(takeover::held_volumes)
+        .unwrap_or_default();
+    clean_stale_staging(&staging_dir, &takeover::staging_in_use(&held));
     let volumes = Arc::new(Volumes::new(
         engines.clone(),
         runtime.handle().clone(),
@@ -176,22 +184,28 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
             fuse_workers: options.config.fuse_workers,
             max_volumes: options.max_volumes,
             fuse_stall_warn: options.config.fuse_request_stall_warn,
+            fd_holder: options.fd_holder_socket.clone(),
+            kernel_state_dir: options.state_dir.join("kernel"),
         },
         state,
     ));
-    runtime.block_on(serve(options, socket, engines, volumes))
+    runtime.block_on(serve(options, socket, engines, volumes, held))
 }
 
 /// Detaches and removes what a previous run of the plugin left in the staging directory (its
 /// FUSE sessions died with it). Nothing is published yet, so everything there is stale; the
 /// targets themselves are remounted by `Volumes::restore` or at the kubelet's republish, or
 /// cleaned when it unpublishes them.
-fn clean_stale_staging(staging_dir: &Path) {
+fn clean_stale_staging(staging_dir: &Path, held: &std::collections::HashSet<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(staging_dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
+        // Still live: its connection is held, and this plugin takes it over.
+        if held.contains(&path) {
+            continue;
+        }
         if matches!(
             crate::daemon::mountpoint::mounted_fstype(&path),
             Ok(Some(_))
@@ -212,6 +226,7 @@ async fn serve(
     socket: PathBuf,
     engines: Engines,
     volumes: Arc<Volumes>,
+    held: Vec<takeover::HeldVolume>,
 ) -> Result<(), String> {
     let _metrics_server = match &options.metrics_address {
         Some(address) => Some(serve_metrics(address, engines.metrics.clone()).await?),
@@ -232,7 +247,10 @@ async fn serve(
     let restoring = {
         let volumes = volumes.clone();
         let pods_dir = node.pods_dir.clone();
-        tokio::spawn(async move { volumes.restore(&pods_dir).await })
+        tokio::spawn(async move {
+            volumes.take_over(held, &pods_dir).await;
+            volumes.restore(&pods_dir).await
+        })
     };
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

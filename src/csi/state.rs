@@ -1,7 +1,8 @@
 //! The published volumes, kept on disk so that a restarted plugin knows what it served.
 //!
-//! FUSE sessions live in the plugin's process, so a restart (an upgrade, an OOM kill) kills
-//! every mount. The kubelet does not publish again by itself unless the CSIDriver asks for
+//! Without an fd holder (`takeover`), FUSE sessions live only in the plugin's process, so a
+//! restart (an upgrade, an OOM kill) kills every mount. The kubelet does not publish again by
+//! itself unless the CSIDriver asks for
 //! `requiresRepublish`, so the plugin remembers each publish — the request without secrets
 //! and without the pod's tokens — in `<state dir>/published.json`, and on start remounts what it
 //! can (see `Volumes::restore`).

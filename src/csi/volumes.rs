@@ -22,12 +22,14 @@ use super::mounts;
 use super::proto::volume_capability::access_mode::Mode;
 use super::request::{PublishArgs, publish_args};
 use super::state::PublishedState;
+use super::takeover::{self, HeldVolume};
 use crate::config::BackendConfig;
 use crate::daemon::mountpoint;
 use crate::daemon::session::{MountedSession, SessionOptions};
 use crate::daemon::{DaemonError, open_backend_settings, open_store_checked};
 use crate::engines::Engines;
-use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
+use crate::fs::{Backend, BackendSettings, Fs, FsOptions, KernelState, Restored};
+use crate::fuse::KernelInit;
 
 /// Temporary credentials are renewed at a republish once they have less than this left.
 const RENEW_BEFORE_EXPIRY: Duration = Duration::from_secs(15 * 60);
@@ -51,6 +53,16 @@ pub struct NodeSettings {
     pub max_volumes: usize,
     /// FUSE requests unanswered this long are logged and counted (`None`: no watchdog).
     pub fuse_stall_warn: Option<Duration>,
+    /// The fd holder keeping each volume's connection (`None`: none; see `takeover`).
+    pub fd_holder: Option<PathBuf>,
+    /// Where each volume's kernel-state journal lives (with an fd holder).
+    pub kernel_state_dir: PathBuf,
+}
+
+/// A held connection to serve instead of mounting.
+struct Resume {
+    fd: std::os::fd::OwnedFd,
+    kernel: KernelInit,
 }
 
 struct Published {
@@ -65,6 +77,8 @@ struct Published {
     session: MountedSession,
     /// The staging directory bind-mounted (in part) onto the target.
     staging: Option<PathBuf>,
+    /// The volume's kernel-state journal (with an fd holder).
+    kernel_state: Option<PathBuf>,
 }
 
 pub struct Volumes {
@@ -195,8 +209,94 @@ impl Volumes {
                 self.renew_credentials(&args, secrets, context, source)
                     .await
             }
-            None => self.mount(args, secrets, context, source).await,
+            None => self.mount(args, secrets, context, source, None).await,
         }
+    }
+
+    /// Serves again the volumes whose connections the fd holder kept (a previous run of the
+    /// plugin died or was restarted): their pods' requests waited and are answered now. A
+    /// volume that cannot be served is unmounted, so that its pods fail instead of waiting
+    /// forever, and the kubelet's next call decides.
+    pub async fn take_over(&self, held: Vec<HeldVolume>, pods_dir: &Path) {
+        for volume in held {
+            let target = PathBuf::from(&volume.record.target_path);
+            let staging = volume.staging.clone();
+            let volume_id = volume.record.volume_id.clone();
+            match self.take_over_one(volume, pods_dir).await {
+                Ok(()) => tracing::info!(volume_id, target = %target.display(),
+                    "took over a volume's live connection"),
+                Err(e) => {
+                    tracing::error!(volume_id, target = %target.display(), error = %e,
+                        "cannot serve a volume whose connection was kept; unmounting it");
+                    for path in [Some(target.clone()), staging].into_iter().flatten() {
+                        let _ = mountpoint::detach(&path);
+                    }
+                    if let Some(socket) = &self.settings.fd_holder {
+                        takeover::release(socket, &target);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn take_over_one(&self, volume: HeldVolume, pods_dir: &Path) -> Result<(), CsiError> {
+        let mut request = volume.record.to_request();
+        request.secrets = volume.secrets;
+        if let Some(tokens) = volume.tokens {
+            request
+                .volume_context
+                .insert(super::attributes::TOKENS_KEY.to_string(), tokens);
+        }
+        let args = publish_args(&request, pods_dir)?;
+        let _serialized = self.locks.lock(&args.volume_id).await;
+        let source = credential_source(
+            &args.attributes.auth,
+            &request.secrets,
+            &request.volume_context,
+        );
+        let resume = Resume {
+            fd: volume.fd,
+            kernel: volume.kernel,
+        };
+        self.mount(
+            args,
+            &request.secrets,
+            &request.volume_context,
+            source,
+            Some(resume),
+        )
+        .await
+    }
+
+    /// The volume's kernel-state journal: fresh, or (taking a connection over) the previous
+    /// run's with what it recorded. `None` without an fd holder.
+    fn kernel_state(
+        &self,
+        volume_id: &str,
+        target: &Path,
+        resuming: bool,
+    ) -> Result<Option<(Arc<KernelState>, Restored, PathBuf)>, CsiError> {
+        if self.settings.fd_holder.is_none() {
+            return Ok(None);
+        }
+        let dir = self
+            .settings
+            .kernel_state_dir
+            .join(staging_name(volume_id, target));
+        let fail = |source| CsiError::Io {
+            what: "cannot keep the kernel-state journal in",
+            path: dir.clone(),
+            source,
+        };
+        let (state, restored) = if resuming {
+            KernelState::resume(&dir).map_err(fail)?
+        } else {
+            (
+                KernelState::create(&dir).map_err(fail)?,
+                Restored::default(),
+            )
+        };
+        Ok(Some((Arc::new(state), restored, dir)))
     }
 
     async fn mount(
@@ -205,6 +305,7 @@ impl Volumes {
         secrets: &HashMap<String, String>,
         context: &HashMap<String, String>,
         credential_source: u64,
+        resume: Option<Resume>,
     ) -> Result<(), CsiError> {
         let max = self.settings.max_volumes;
         if max > 0 && self.count() >= max {
@@ -219,13 +320,19 @@ impl Volumes {
         let backends = self.open_backends(&configs).await?;
 
         let target = args.target.clone();
-        prepare_dir(&target)?;
+        // A connection taken over is mounted already (touching it would wait for this very
+        // process to answer).
+        if resume.is_none() {
+            prepare_dir(&target)?;
+        }
         let staging = args.attributes.backend_is_root.then(|| {
             self.settings
                 .staging_dir
                 .join(staging_name(&args.volume_id, &target))
         });
-        if let Some(staging) = &staging {
+        if let Some(staging) = &staging
+            && resume.is_none()
+        {
             prepare_dir(staging)?;
         }
         let mount_at = staging.clone().unwrap_or_else(|| target.clone());
@@ -235,7 +342,15 @@ impl Volumes {
             dir_perm: 0o555,
             ttl: ENTRY_TTL,
         };
-        let fs = Arc::new(Fs::new(options, self.engines.clone(), backends));
+        let mut fs = Fs::new(options, self.engines.clone(), backends);
+        let journal = self.kernel_state(&args.volume_id, &target, resume.is_some())?;
+        if let Some((state, restored, _)) = &journal {
+            fs = fs.with_kernel_state(state.clone());
+            if resume.is_some() {
+                fs.restore(restored).await;
+            }
+        }
+        let fs = Arc::new(fs);
         let session_options = SessionOptions {
             name: format!("msfs:{}", args.volume_id),
             // Pods run as any user; who may do what is decided by uid/gid and modes.
@@ -248,8 +363,17 @@ impl Volumes {
         let runtime = self.runtime.clone();
         let fs_for_session = fs.clone();
         let at = mount_at.clone();
-        let mut session = tokio::task::spawn_blocking(move || {
-            MountedSession::start(fs_for_session, runtime, &at, &session_options)
+        let resuming = resume.is_some();
+        let mut session = tokio::task::spawn_blocking(move || match resume {
+            Some(resume) => MountedSession::resume(
+                fs_for_session,
+                runtime,
+                &at,
+                resume.fd,
+                resume.kernel,
+                &session_options,
+            ),
+            None => MountedSession::start(fs_for_session, runtime, &at, &session_options),
         })
         .await
         .map_err(|e| CsiError::Internal(format!("mount task: {e}")))?
@@ -258,7 +382,7 @@ impl Volumes {
             path: mount_at.clone(),
             source,
         })?;
-        if let Some(staging) = &staging {
+        if let Some(staging) = staging.as_ref().filter(|_| !resuming) {
             let dir_name = configs
                 .first()
                 .map(|c| c.dir_name.clone())
@@ -276,6 +400,19 @@ impl Volumes {
         }
         tracing::info!(volume_id = %args.volume_id, target = %target.display(),
             backends = configs.len(), "published");
+        if let Some(socket) = &self.settings.fd_holder {
+            takeover::keep(
+                socket,
+                session.fuse_fd(),
+                takeover::Keep {
+                    record: args.record.clone(),
+                    secrets,
+                    tokens: context.get(super::attributes::TOKENS_KEY).cloned(),
+                    kernel: session.kernel_init(),
+                    staging: staging.clone(),
+                },
+            );
+        }
         self.state.insert(args.record);
         let published = Published {
             volume_id: args.volume_id,
@@ -287,6 +424,7 @@ impl Volumes {
             fs,
             session,
             staging,
+            kernel_state: journal.map(|(_, _, dir)| dir),
         };
         lock(&self.published).insert(target, published);
         Ok(())
@@ -468,6 +606,12 @@ impl Volumes {
         if let Some(staging) = staging {
             let _ = std::fs::remove_dir(&staging);
         }
+        if let Some(socket) = &self.settings.fd_holder {
+            takeover::release(socket, target);
+        }
+        if let Some(dir) = published.kernel_state.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         drop(published.fs);
         tracing::info!(volume_id = %published.volume_id, target = %target.display(),
             backends = published.configs.len(), "unpublished");
@@ -482,6 +626,10 @@ impl Volumes {
     pub async fn restore(&self, pods_dir: &Path) {
         for record in self.state.records() {
             let target = PathBuf::from(&record.target_path);
+            // Taken over from the fd holder already (`take_over`).
+            if self.is_published(&record.volume_id, &target) {
+                continue;
+            }
             if !target.parent().is_some_and(Path::exists) {
                 tracing::info!(volume_id = %record.volume_id, target = %target.display(),
                     "forgetting a volume of a previous run: its pod is gone");
@@ -537,7 +685,8 @@ impl Volumes {
             };
             if let Err(e) = self.commit_pending(&published).await {
                 tracing::error!(volume_id, target = %target.display(), error = %e,
-                    "plugin stopping: written files of this volume are lost");
+                    "plugin stopping before written files of this volume landed; their spill \
+                     logs in the state dir are committed when the volume is mounted again");
             }
             if let Err(e) = self.unmount(published, &target).await {
                 tracing::warn!(volume_id, target = %target.display(), error = %e,

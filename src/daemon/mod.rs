@@ -2,7 +2,8 @@
 //!
 //! It opens and checks every backend before mounting (so bad credentials or a missing bucket fail
 //! the mount with a clear message instead of surfacing later as EIO), mounts, serves until the
-//! mount goes away (`umount`, SIGTERM or SIGINT), and exits cleanly.
+//! mount goes away (`umount`, SIGTERM or SIGINT), and exits cleanly. Killed instead, it leaves
+//! the mount to an fd holder, and `msfs mount --takeover` serves it on (see [`survival`]).
 
 mod bootstrap;
 pub mod helper;
@@ -10,6 +11,7 @@ pub mod mountpoint;
 mod read_ahead;
 pub mod reload;
 pub mod session;
+mod survival;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +24,8 @@ use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
 use crate::store::{InstrumentedStore, ListRequest, ObjectStore, StoreError, open_store};
 use crate::telemetry::{Metrics, serve_metrics};
 use session::{MountedSession, SessionOptions};
+use survival::MountSurvival;
+pub use survival::{Survival, default_state_dir};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -51,10 +55,17 @@ pub enum DaemonError {
     Engines(#[source] crate::engines::EnginesError),
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("fd holder: {0}")]
+    Holder(String),
 }
 
-/// Mounts `config` at `mountpoint` and serves until unmounted or signalled.
-pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
+/// Mounts `config` at `mountpoint` (or takes over the live mount there, as `survival` says) and
+/// serves until unmounted or signalled.
+pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<(), DaemonError> {
+    let survival = MountSurvival::new(&survival, &mountpoint);
+    // Before anything touches the mountpoint: a held connection nobody serves makes every
+    // access to it wait.
+    let held = survival.held()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("msfs-io")
@@ -75,7 +86,9 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         ),
         None => None,
     };
-    mountpoint::prepare(&mountpoint).map_err(DaemonError::Mountpoint)?;
+    if held.is_none() {
+        mountpoint::prepare(&mountpoint).map_err(DaemonError::Mountpoint)?;
+    }
 
     let options = FsOptions {
         uid: config.uid,
@@ -86,7 +99,15 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
     let backend_count = backends.len();
     let engines_cache = engines.cache.clone();
     let writes = engines.writes.clone();
-    let fs = Arc::new(Fs::new(options, engines.clone(), backends));
+    let mut fs = Fs::new(options, engines.clone(), backends);
+    let journal = survival.journal()?;
+    if let Some((state, _)) = &journal {
+        fs = fs.with_kernel_state(state.clone());
+    }
+    if let (Some(_), Some((_, restored))) = (&held, &journal) {
+        runtime.block_on(fs.restore(restored));
+    }
+    let fs = Arc::new(fs);
     let fs_for_reload = fs.clone();
     // Before the mount appears: a signal sent as soon as it does (a reload, a stop) must find
     // its handler, not the default action, which would kill the daemon.
@@ -94,16 +115,27 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         let _runtime = runtime.enter();
         Signals::install()
     };
-    let mut session = MountedSession::start(
-        fs,
-        runtime.handle().clone(),
-        &mountpoint,
-        &session_options(&config),
-    )
-    .map_err(|source| DaemonError::Mount {
+    let session = match held {
+        Some(held) => MountedSession::resume(
+            fs,
+            runtime.handle().clone(),
+            &mountpoint,
+            held.fd,
+            held.kernel,
+            &session_options(&config),
+        ),
+        None => MountedSession::start(
+            fs,
+            runtime.handle().clone(),
+            &mountpoint,
+            &session_options(&config),
+        ),
+    };
+    let mut session = session.map_err(|source| DaemonError::Mount {
         path: mountpoint.clone(),
         source,
     })?;
+    survival.keep(&session);
     let mut reloader = reload::Reloader::new(
         config.clone(),
         fs_for_reload,
@@ -128,6 +160,7 @@ pub fn run(config: Config, mountpoint: PathBuf) -> Result<(), DaemonError> {
         })?;
     }
     session.join();
+    survival.release();
     // Files closed without flush_on_close may still be committing: land them before exiting.
     for (target, error) in runtime.block_on(writes.drain()) {
         tracing::error!(backend = %target.backend, key = %target.key, error = %error,
@@ -177,7 +210,19 @@ pub(crate) async fn open_backend_settings(
         &engines.metrics,
     )
     .await?;
-    Ok(BackendSettings::new(config, store, manifest))
+    let settings = BackendSettings::new(config, store, manifest);
+    // Files a killed process wrote and never committed: committed now (after the manifest is
+    // known, so that the commit reaches its delta log), and found by the opens of a takeover.
+    if !config.readonly {
+        engines
+            .writes
+            .recover_spills(settings.store.as_ref(), |key| {
+                key.strip_prefix(settings.prefix.as_str())
+                    .map(|path| settings.target(&config.dir_name, path))
+            })
+            .await;
+    }
+    Ok(settings)
 }
 
 /// Opens a backend's store, instrumented, and checks with one small LIST that it answers with

@@ -110,14 +110,23 @@ fn ask_filesystem(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Unmounts `path` (fails with `EBUSY` while files are open there).
+pub fn unmount(path: &Path) -> io::Result<()> {
+    umount2(path, 0)
+}
+
 /// Lazily unmounts `path` (MNT_DETACH): it disappears from the namespace now and is torn down
 /// when no longer busy.
 pub fn detach(path: &Path) -> io::Result<()> {
+    umount2(path, libc::MNT_DETACH)
+}
+
+fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
     // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call.
-    let rc = unsafe { libc::umount2(c_path.as_ptr(), libc::MNT_DETACH) };
+    let rc = unsafe { libc::umount2(c_path.as_ptr(), flags) };
     if rc == 0 {
         Ok(())
     } else {

@@ -4,6 +4,7 @@
 //! runtime and engines.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -15,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::{mountpoint, read_ahead};
 use crate::fs::Fs;
-use crate::fuse::FuseAdapter;
+use crate::fuse::{FuseAdapter, KernelInit};
 
 /// How a session is mounted.
 #[derive(Debug, Clone)]
@@ -74,6 +75,13 @@ pub struct MountedSession {
     notifier: Notifier,
     done: Option<oneshot::Receiver<()>>,
     thread: Option<JoinHandle<io::Result<()>>>,
+    /// A duplicate of the connection's `/dev/fuse` descriptor: what an fd holder keeps so the
+    /// connection outlives this process, and where notifications go.
+    fuse_fd: OwnedFd,
+    /// What the kernel offered in the connection's INIT (the first server's, when resumed).
+    kernel: KernelInit,
+    /// Taken over from another process: fuser did not mount it, so unmounting is ours.
+    resumed: bool,
 }
 
 impl MountedSession {
@@ -87,7 +95,60 @@ impl MountedSession {
     ) -> io::Result<MountedSession> {
         let adapter = FuseAdapter::new(fs, runtime, options.max_write)
             .watch_stalls(options.stall_warn, &options.name);
-        let mut session = Session::new(adapter, path, &options.fuser_config())?;
+        let kernel = adapter.kernel_init();
+        let session = Session::new(adapter, path, &options.fuser_config())?;
+        let kernel = *kernel
+            .get()
+            .ok_or_else(|| io::Error::other("the FUSE handshake ended without an INIT"))?;
+        let fuse_fd = session.as_fd().try_clone_to_owned()?;
+        let mounted = MountedSession::serve(session, path, fuse_fd, kernel, false)?;
+        read_ahead::raise_in_background(path, read_ahead::READ_AHEAD_KIB);
+        Ok(mounted)
+    }
+
+    /// Serves a live connection another process set up and mounted at `path` (its `/dev/fuse`
+    /// descriptor kept by an fd holder), by the INIT parameters that process negotiated. Asks
+    /// the kernel to resend what the previous server read and never answered, where the kernel
+    /// can ([`crate::fuse::request_resend`]); on older kernels those requests are lost to
+    /// their callers, and counted.
+    pub fn resume(
+        fs: Arc<Fs>,
+        runtime: Handle,
+        path: &Path,
+        fuse_fd: OwnedFd,
+        kernel: KernelInit,
+        options: &SessionOptions,
+    ) -> io::Result<MountedSession> {
+        let metrics = fs.metrics().clone();
+        let adapter = FuseAdapter::new(fs, runtime, kernel.max_write)
+            .watch_stalls(options.stall_warn, &options.name)
+            .resumed(kernel);
+        let ours = fuse_fd.try_clone()?;
+        let session = Session::from_initialized_fd(
+            adapter,
+            fuse_fd,
+            options.fuser_config().acl,
+            options.fuser_config(),
+        );
+        let mounted = MountedSession::serve(session, path, ours, kernel, true)?;
+        metrics.record_fuse_takeover(kernel.resend);
+        if kernel.resend {
+            crate::fuse::request_resend(mounted.fuse_fd.as_fd())?;
+        } else {
+            tracing::warn!(path = %path.display(),
+                "this kernel cannot resend requests the previous server read (no \
+                 FUSE_HAS_RESEND); any it left unanswered stay so until their callers give up");
+        }
+        Ok(mounted)
+    }
+
+    fn serve(
+        mut session: Session<FuseAdapter>,
+        path: &Path,
+        fuse_fd: OwnedFd,
+        kernel: KernelInit,
+        resumed: bool,
+    ) -> io::Result<MountedSession> {
         let unmounter = session.unmount_callable();
         let notifier = session.notifier();
         let (done_tx, done_rx) = oneshot::channel();
@@ -98,14 +159,26 @@ impl MountedSession {
                 let _ = done_tx.send(());
                 result
             })?;
-        read_ahead::raise_in_background(path, read_ahead::READ_AHEAD_KIB);
         Ok(MountedSession {
             path: path.to_path_buf(),
             unmounter,
             notifier,
             done: Some(done_rx),
             thread: Some(thread),
+            fuse_fd,
+            kernel,
+            resumed,
         })
+    }
+
+    /// The connection's `/dev/fuse` descriptor (for an fd holder to keep a duplicate of).
+    pub fn fuse_fd(&self) -> BorrowedFd<'_> {
+        self.fuse_fd.as_fd()
+    }
+
+    /// What the kernel offered in the connection's INIT.
+    pub fn kernel_init(&self) -> KernelInit {
+        self.kernel
     }
 
     pub fn path(&self) -> &Path {
@@ -125,7 +198,12 @@ impl MountedSession {
     /// Unmounts; when the mount is busy (a process has files open), detaches it lazily so it
     /// disappears now and is torn down when released.
     pub fn unmount(&mut self) -> io::Result<()> {
-        if let Err(e) = self.unmounter.unmount() {
+        let unmounted = if self.resumed {
+            mountpoint::unmount(&self.path)
+        } else {
+            self.unmounter.unmount()
+        };
+        if let Err(e) = unmounted {
             tracing::warn!(path = %self.path.display(), error = %e,
                 "unmount failed; detaching lazily");
             if let Err(e) = mountpoint::detach(&self.path)

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use super::dir_pages::{DirEntries, ManifestPages};
 use super::inode::Node;
+use super::kernel_state::Record;
 use super::live_pages::LivePages;
 use super::{
     Attr, BackendSettings, ChildKind, DirEntry, DirHandle, DirSnapshot, Fs, FsError, Kind,
@@ -53,6 +54,15 @@ impl Fs {
     /// Opens a directory. A live one is listed whole now, so errors surface here and offsets are
     /// stable for the handle's life; a manifest one is read page by page as `readdir` asks.
     pub async fn opendir(&self, ino: u64) -> Result<u64> {
+        let handle = self.dir_handle(ino).await?;
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.journal(|| Record::Dir { fh, ino });
+        lock(&self.dirs).insert(fh, Arc::new(handle));
+        Ok(fh)
+    }
+
+    /// Directory `ino` opened: its entries, listed now (or paged as readdir walks them).
+    pub(super) async fn dir_handle(&self, ino: u64) -> Result<DirHandle> {
         let node = self.node(ino)?;
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
@@ -104,15 +114,12 @@ impl Fs {
                 }
             }
         };
-        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let handle = DirHandle {
+        Ok(DirHandle {
             ino,
             parent: node.parent,
             entries,
             listed_at,
-        };
-        lock(&self.dirs).insert(fh, Arc::new(handle));
-        Ok(fh)
+        })
     }
 
     /// How this mount has changed directory `path` (read from `manifest`, or live when `None`):
@@ -357,6 +364,8 @@ impl Fs {
     }
 
     pub fn releasedir(&self, fh: u64) {
-        lock(&self.dirs).remove(&fh);
+        if lock(&self.dirs).remove(&fh).is_some() {
+            self.journal(|| Record::DirClosed { fh });
+        }
     }
 }

@@ -1,10 +1,13 @@
 //! The inode table: stable inode numbers for paths the kernel holds, freed when it forgets them.
+//! Every number the kernel is told of is journalled (`kernel_state`), so that a successor
+//! serving the same connection knows it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use super::backend::Backend;
+use super::kernel_state::{KernelState, NodeRecord, Record, Restored};
 use super::listing::{ChildKind, FileMeta};
 
 pub const ROOT_INO: u64 = 1;
@@ -23,8 +26,12 @@ pub struct Node {
     pub refreshed: Instant,
     /// The ETag the kernel's page cache holds data of, if any; lets a re-open keep that cache.
     pub cached_etag: Option<String>,
-    /// Kernel references (lookups not yet forgotten).
+    /// Kernel references (lookups not yet forgotten); for a restored node, those since the
+    /// restore.
     lookups: u64,
+    /// Known to the kernel before this process (from the journal): how many references the
+    /// kernel held then is unknown, see [`InodeTable::forget`].
+    restored: bool,
 }
 
 impl Node {
@@ -45,6 +52,7 @@ pub struct InodeTable {
     nodes: HashMap<u64, Node>,
     by_name: HashMap<(u64, String), u64>,
     next_ino: u64,
+    journal: Option<Arc<KernelState>>,
 }
 
 impl InodeTable {
@@ -59,11 +67,101 @@ impl InodeTable {
             refreshed: Instant::now(),
             cached_etag: None,
             lookups: 1,
+            restored: false,
         };
         InodeTable {
             nodes: HashMap::from([(ROOT_INO, root)]),
             by_name: HashMap::new(),
             next_ino: ROOT_INO + 1,
+            journal: None,
+        }
+    }
+
+    /// Journals every change the kernel will be told of from now on.
+    pub fn set_journal(&mut self, journal: Arc<KernelState>) {
+        self.journal = Some(journal);
+    }
+
+    fn journal(&self, record: impl FnOnce() -> Record) {
+        if let Some(journal) = &self.journal {
+            journal.append(&record());
+        }
+    }
+
+    /// Takes in the inodes a previous server of the connection left (`restored`), their
+    /// backends found by name by `backend` (those of a backend gone since are left out: the
+    /// kernel's requests on them fail with ESTALE). File metadata is not journalled, so a
+    /// restored file's is asked of the store at its next use.
+    pub fn restore(
+        &mut self,
+        restored: &Restored,
+        backend: impl Fn(&str) -> Option<Arc<Backend>>,
+    ) -> usize {
+        let now = Instant::now();
+        let mut taken = 0;
+        for record in restored.nodes.values() {
+            self.next_ino = self.next_ino.max(record.ino + 1);
+            let Some(backend) = backend(&record.backend) else {
+                tracing::warn!(backend = %record.backend, path = %record.path,
+                    "the kernel holds an inode of a backend this mount no longer has");
+                continue;
+            };
+            let kind = if record.dir {
+                ChildKind::Dir
+            } else {
+                // An empty ETag marks metadata to be confirmed by the store (see
+                // `Fs::refreshed`).
+                ChildKind::File(FileMeta {
+                    size: 0,
+                    etag: String::new(),
+                    mtime: SystemTime::UNIX_EPOCH,
+                })
+            };
+            self.nodes.insert(
+                record.ino,
+                Node {
+                    ino: record.ino,
+                    parent: record.parent,
+                    name: record.name.clone(),
+                    backend: Some(backend),
+                    path: record.path.clone(),
+                    kind,
+                    refreshed: now,
+                    cached_etag: None,
+                    lookups: 0,
+                    restored: true,
+                },
+            );
+            taken += 1;
+        }
+        for ((parent, name), ino) in &restored.names {
+            if self.nodes.contains_key(ino) {
+                self.by_name.insert((*parent, name.clone()), *ino);
+            }
+        }
+        taken
+    }
+
+    /// The table as journal records would rebuild it (for a compaction).
+    pub fn snapshot(&self, into: &mut Restored) {
+        for node in self.nodes.values() {
+            let Some(backend) = &node.backend else {
+                continue;
+            };
+            into.nodes.insert(
+                node.ino,
+                NodeRecord {
+                    ino: node.ino,
+                    parent: node.parent,
+                    name: node.name.clone(),
+                    backend: backend.dir_name.clone(),
+                    path: node.path.clone(),
+                    dir: node.is_dir(),
+                },
+            );
+        }
+        for (key, ino) in &self.by_name {
+            into.names.insert(key.clone(), *ino);
         }
     }
 
@@ -103,6 +201,16 @@ impl InodeTable {
         }
         let ino = self.next_ino;
         self.next_ino += 1;
+        self.journal(|| {
+            Record::Node(NodeRecord {
+                ino,
+                parent,
+                name: name.to_string(),
+                backend: backend.dir_name.clone(),
+                path: path.clone(),
+                dir: matches!(kind, ChildKind::Dir),
+            })
+        });
         let node = Node {
             ino,
             parent,
@@ -113,6 +221,7 @@ impl InodeTable {
             refreshed: now,
             cached_etag: None,
             lookups: 1,
+            restored: false,
         };
         // A replaced entry stays in `nodes` until the kernel forgets it, but its name now maps to
         // the new inode.
@@ -146,7 +255,10 @@ impl InodeTable {
         self.lookup(parent, name, backend, path, kind)
     }
 
-    /// Drops `count` kernel references; the inode is freed when none remain.
+    /// Drops `count` kernel references; the inode is freed when none remain. The kernel sends
+    /// one FORGET with its whole count when it drops an inode (and a FORGET of 1 for a lookup
+    /// answer it could not use), so a restored inode, whose count before the restore is
+    /// unknown, is freed by a FORGET of more than the lookups since.
     pub fn forget(&mut self, ino: u64, count: u64) {
         if ino == ROOT_INO {
             return;
@@ -154,10 +266,16 @@ impl InodeTable {
         let Some(node) = self.nodes.get_mut(&ino) else {
             return;
         };
-        node.lookups = node.lookups.saturating_sub(count);
-        if node.lookups == 0
-            && let Some(node) = self.nodes.remove(&ino)
-        {
+        let gone = if node.restored {
+            let gone = count > node.lookups;
+            node.lookups = node.lookups.saturating_sub(count);
+            gone
+        } else {
+            node.lookups = node.lookups.saturating_sub(count);
+            node.lookups == 0
+        };
+        if gone && let Some(node) = self.nodes.remove(&ino) {
+            self.journal(|| Record::Forgotten { ino });
             let key = (node.parent, node.name);
             if self.by_name.get(&key) == Some(&ino) {
                 self.by_name.remove(&key);
@@ -168,7 +286,12 @@ impl InodeTable {
     /// `name` in `parent` is gone (unlinked, removed or renamed away): lookups no longer find
     /// its inode, which lives on until the kernel forgets it.
     pub fn remove_name(&mut self, parent: u64, name: &str) {
-        self.by_name.remove(&(parent, name.to_string()));
+        if self.by_name.remove(&(parent, name.to_string())).is_some() {
+            self.journal(|| Record::Unnamed {
+                parent,
+                name: name.to_string(),
+            });
+        }
     }
 
     /// Moves the inode of `name` in `parent` to `new_name` in `new_parent` (at `new_path`),
@@ -182,9 +305,15 @@ impl InodeTable {
         new_path: String,
     ) {
         let Some(ino) = self.by_name.remove(&(parent, name.to_string())) else {
-            self.by_name.remove(&(new_parent, new_name.to_string()));
+            self.remove_name(new_parent, new_name);
             return;
         };
+        self.journal(|| Record::Moved {
+            ino,
+            parent: new_parent,
+            name: new_name.to_string(),
+            path: new_path.clone(),
+        });
         if let Some(node) = self.nodes.get_mut(&ino) {
             node.parent = new_parent;
             node.name = new_name.to_string();

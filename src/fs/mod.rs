@@ -18,6 +18,7 @@ mod dir_ops;
 mod dir_pages;
 mod error;
 mod inode;
+mod kernel_state;
 mod listing;
 mod live_pages;
 mod manifest_listing;
@@ -34,6 +35,7 @@ use bytes::Bytes;
 pub use backend::{Backend, BackendSettings};
 pub use error::FsError;
 pub use inode::ROOT_INO;
+pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};
 pub use write_ops::{RenameFlags, SetAttr};
 
@@ -45,6 +47,7 @@ use crate::store::ObjectStore;
 use crate::write::{DirtyFile, DirtyMeta, Target};
 use dir_pages::DirEntries;
 use inode::{InodeTable, Node};
+use kernel_state::{FileRecord, Record};
 use stream::SequentialDetector;
 
 pub type Result<T> = std::result::Result<T, FsError>;
@@ -108,6 +111,20 @@ struct FileHandle {
     flush_on_close: bool,
 }
 
+impl FileHandle {
+    fn record(&self, fh: u64) -> FileRecord {
+        FileRecord {
+            fh,
+            ino: self.ino,
+            backend: self.backend.clone(),
+            key: self.version.key.clone(),
+            etag: self.version.etag.clone(),
+            size: self.version.size,
+            writable: self.writable,
+        }
+    }
+}
+
 /// How a file is opened.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenMode {
@@ -168,6 +185,8 @@ pub struct Fs {
     next_handle: AtomicU64,
     /// Live directories with more entries are read a page at a time (see `live_pages`).
     whole_listing_max: usize,
+    /// Where what the kernel holds is journalled for a successor (`None`: nowhere).
+    kernel_state: Option<Arc<KernelState>>,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it: every critical section
@@ -198,6 +217,113 @@ impl Fs {
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             whole_listing_max: listing::WHOLE_LISTING_MAX,
+            kernel_state: None,
+        }
+    }
+
+    /// Journals what the kernel holds in `state` from now on (see `kernel_state`), so that a
+    /// successor serving the same connection can [`Fs::restore`] it.
+    pub fn with_kernel_state(mut self, state: Arc<KernelState>) -> Fs {
+        lock(&self.inodes).set_journal(state.clone());
+        self.kernel_state = Some(state);
+        self
+    }
+
+    fn journal(&self, record: impl FnOnce() -> Record) {
+        if let Some(state) = &self.kernel_state {
+            state.append(&record());
+        }
+    }
+
+    /// Takes over what a previous server of this connection left: its inodes, its open files
+    /// (each pinned to the object version it was opened on; a written one joins the file the
+    /// write engine recovered, or the object as the store has it now) and its open
+    /// directories (listed again). What cannot be restored — a backend gone, an object that
+    /// cannot be asked about — is logged; the kernel's requests on it fail as on a stale handle.
+    pub async fn restore(&self, restored: &Restored) {
+        let nodes = lock(&self.inodes).restore(restored, |name| self.backend(name));
+        let mut next_handle = 1;
+        let mut files = 0;
+        for record in restored.files.values() {
+            next_handle = next_handle.max(record.fh + 1);
+            match self.restored_handle(record).await {
+                Ok(handle) => {
+                    lock(&self.files).insert(record.fh, Arc::new(handle));
+                    files += 1;
+                }
+                Err(e) => tracing::warn!(backend = %record.backend, key = %record.key,
+                    error = %e, "cannot restore an open file of the previous server"),
+            }
+        }
+        let mut dirs = 0;
+        for (&fh, &ino) in &restored.dirs {
+            next_handle = next_handle.max(fh + 1);
+            match self.dir_handle(ino).await {
+                Ok(handle) => {
+                    lock(&self.dirs).insert(fh, Arc::new(handle));
+                    dirs += 1;
+                }
+                Err(e) => tracing::warn!(ino, error = %e,
+                    "cannot restore an open directory of the previous server"),
+            }
+        }
+        self.next_handle.fetch_max(next_handle, Ordering::Relaxed);
+        tracing::info!(
+            inodes = nodes,
+            files,
+            dirs,
+            "took over the kernel's state from the previous server"
+        );
+        self.compact_kernel_state();
+    }
+
+    async fn restored_handle(&self, record: &FileRecord) -> Result<FileHandle> {
+        let backend = self.backend(&record.backend).ok_or(FsError::NotFound)?;
+        let node = self.node(record.ino)?;
+        let settings = backend.settings();
+        let dirty = if record.writable {
+            let target = settings.target(&backend.dir_name, &node.path);
+            let file = self.open_for_write(&backend, target).await?;
+            self.began_writing(&node, &file);
+            Some(file)
+        } else {
+            self.engines.writes.find(settings.store.id(), &record.key)
+        };
+        Ok(FileHandle {
+            ino: record.ino,
+            store: settings.store.clone(),
+            backend: backend.dir_name.clone(),
+            version: ObjectVersion {
+                key: record.key.clone(),
+                etag: record.etag.clone(),
+                size: record.size,
+            },
+            stream: SequentialDetector::default(),
+            dirty,
+            writable: record.writable,
+            flush_on_close: settings.flush_on_close,
+        })
+    }
+
+    /// Rewrites the kernel-state journal as what is live now (see `kernel_state`).
+    fn compact_kernel_state(&self) {
+        let Some(state) = &self.kernel_state else {
+            return;
+        };
+        let result = state.compact(|| {
+            let mut live = Restored::default();
+            lock(&self.inodes).snapshot(&mut live);
+            for (fh, handle) in lock(&self.files).iter() {
+                live.files.insert(*fh, handle.record(*fh));
+            }
+            for (fh, handle) in lock(&self.dirs).iter() {
+                live.dirs.insert(*fh, handle.ino);
+            }
+            live.records()
+        });
+        if let Err(e) = result {
+            tracing::warn!(dir = %state.dir().display(), error = %e,
+                "cannot compact the kernel-state journal");
         }
     }
 
@@ -403,6 +529,13 @@ impl Fs {
             drop(inodes);
             lock(&self.listings).remove(&ino);
         }
+        if self
+            .kernel_state
+            .as_ref()
+            .is_some_and(|state| state.wants_compaction())
+        {
+            self.compact_kernel_state();
+        }
     }
 
     /// Attributes of `ino`; a file's are re-read from the store once they are older than the TTL.
@@ -588,6 +721,7 @@ impl Fs {
 
     fn add_handle(&self, handle: FileHandle) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.journal(|| Record::File(handle.record(fh)));
         lock(&self.files).insert(fh, Arc::new(handle));
         fh
     }
@@ -633,6 +767,7 @@ impl Fs {
         let Some(handle) = lock(&self.files).remove(&fh) else {
             return;
         };
+        self.journal(|| Record::Closed { fh });
         if let (true, Some(file)) = (handle.writable, &handle.dirty) {
             self.engines.writes.commit_in_background(file);
             self.engines.writes.release(file);

@@ -5,10 +5,13 @@
 //! worker goes back to read the next request. While a request waits for its answer it is in the
 //! session's in-flight table, which the no-progress watchdog ([`watchdog`]) sweeps.
 
+mod resend;
 mod watchdog;
 
+pub use resend::request_resend;
+
 use std::ffi::OsStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use fuser::{
@@ -43,9 +46,23 @@ pub struct FuseAdapter {
     stall_warn: Option<Duration>,
     /// Names the mount in the watchdog's warnings.
     session: String,
-    /// The watchdog's sweep, from the session's start (`init`) until the adapter is dropped
-    /// with the session.
+    /// The watchdog's sweep, from the session's start (`init`, or [`FuseAdapter::resumed`])
+    /// until the adapter is dropped with the session.
     watchdog: Option<Watchdog>,
+    /// What the kernel offered in INIT, once the handshake has run.
+    kernel: Arc<OnceLock<KernelInit>>,
+}
+
+/// What the kernel offered in a connection's INIT: what a successor taking the connection over
+/// may rely on, since no second INIT comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelInit {
+    /// The kernel's FUSE ABI version (major, minor).
+    pub abi: (u32, u32),
+    /// `FUSE_HAS_RESEND`: the kernel replays requests a dead server took (see [`resend`]).
+    pub resend: bool,
+    /// The largest write the connection was set up for.
+    pub max_write: u32,
 }
 
 impl FuseAdapter {
@@ -59,6 +76,32 @@ impl FuseAdapter {
             stall_warn: None,
             session: String::new(),
             watchdog: None,
+            kernel: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Filled with what the kernel offered once the handshake has run.
+    pub fn kernel_init(&self) -> Arc<OnceLock<KernelInit>> {
+        self.kernel.clone()
+    }
+
+    /// Prepares an adapter to serve a connection another process initialised: no INIT comes,
+    /// so what `init` would start is started here.
+    pub fn resumed(mut self, kernel: KernelInit) -> FuseAdapter {
+        let _ = self.kernel.set(kernel);
+        self.start_watchdog();
+        self
+    }
+
+    fn start_watchdog(&mut self) {
+        if let Some(bound) = self.stall_warn {
+            self.watchdog = Some(Watchdog::start(
+                &self.runtime,
+                self.in_flight.clone(),
+                bound,
+                self.session.clone(),
+                self.fs.metrics().clone(),
+            ));
         }
     }
 
@@ -186,15 +229,13 @@ impl Filesystem for FuseAdapter {
         let _ = config.set_max_write(self.max_write.max(4096));
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(CONGESTION_THRESHOLD);
-        if let Some(bound) = self.stall_warn {
-            self.watchdog = Some(Watchdog::start(
-                &self.runtime,
-                self.in_flight.clone(),
-                bound,
-                self.session.clone(),
-                self.fs.metrics().clone(),
-            ));
-        }
+        let abi = config.kernel_abi();
+        let _ = self.kernel.set(KernelInit {
+            abi: (abi.0, abi.1),
+            resend: config.capabilities().contains(InitFlags::FUSE_HAS_RESEND),
+            max_write: self.max_write.max(4096),
+        });
+        self.start_watchdog();
         Ok(())
     }
 

@@ -98,6 +98,7 @@ pub struct Metrics {
     dirty_bytes: UpDownCounter<i64>,
     fuse_latency: Histogram<f64>,
     fuse_stalled: Counter<u64>,
+    fuse_takeovers: Counter<u64>,
     mounted_backends: Gauge<u64>,
 }
 
@@ -206,6 +207,10 @@ impl Metrics {
             fuse_stalled: counter(
                 names::FUSE_REQUESTS_STALLED,
                 "FUSE requests left unanswered past fuse_request_stall_warn_secs, by operation",
+            ),
+            fuse_takeovers: counter(
+                names::FUSE_TAKEOVERS,
+                "Live FUSE connections taken over from a previous server, by whether the kernel could resend its unanswered requests",
             ),
             mounted_backends: meter
                 .u64_gauge(names::MOUNTED_BACKENDS)
@@ -322,6 +327,18 @@ impl Metrics {
     /// A FUSE request `op` went unanswered past the watchdog's bound (counted once per request).
     pub fn fuse_request_stalled(&self, op: &'static str) {
         self.fuse_stalled.add(1, &[KeyValue::new("op", op)]);
+    }
+
+    /// A live FUSE connection was taken over; `resend`: the kernel replays what the previous
+    /// server read and never answered.
+    pub fn record_fuse_takeover(&self, resend: bool) {
+        self.fuse_takeovers.add(
+            1,
+            &[KeyValue::new(
+                "resend",
+                if resend { "true" } else { "false" },
+            )],
+        );
     }
 
     pub fn set_mounted_backends(&self, count: usize) {

@@ -52,6 +52,9 @@ pub const WRITE_BUFFERED_BYTES: &str = "msfs.write.buffered_bytes";
 pub const FUSE_REQUEST_SECONDS: &str = "msfs.fuse.request";
 /// Requests left unanswered past `fuse_request_stall_warn_secs`, each counted once.
 pub const FUSE_REQUESTS_STALLED: &str = "msfs.fuse.requests_stalled";
+/// Live FUSE connections this process took over from a dead or retiring one, by whether the
+/// kernel could resend what the previous server left unanswered (`resend`).
+pub const FUSE_TAKEOVERS: &str = "msfs.fuse.takeovers";
 pub const MOUNTED_BACKENDS: &str = "msfs.mounted_backends";
 
 /// Seconds, for durations.

@@ -51,6 +51,13 @@ impl Budget {
         }
     }
 
+    /// Counts `n` bytes that exist already, even past the bound (a killed process's unsaved
+    /// writes, recovered): writers then wait for commits to bring the total back under it.
+    pub fn add(&self, n: u64) {
+        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        *used = used.saturating_add(n);
+    }
+
     pub fn release(&self, n: u64) {
         if n == 0 {
             return;

@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::budget::{Budget, Reservation};
+use super::durable;
 use super::extents::Extents;
 use super::file::{DirtyFile, State, Target, Upload, UploadedPart, View};
 use super::journal::UploadJournal;
@@ -222,7 +223,7 @@ fn rebase(
         // Lines of the replaced version can never be read again (they are keyed by its ETag).
         cache.invalidate(target.store.cache_scope(), &target.key);
     }
-    let (released, clean) = {
+    let (released, clean, leftover) = {
         let mut state = file.state();
         state.committed = snapshot.generation;
         // A commit that lands clears any unreported failure of an earlier one.
@@ -234,22 +235,21 @@ fn rebase(
         state.upload = None;
         state.part_changed.clear();
         let clean = !state.is_dirty();
-        let released = if clean {
+        if clean {
             state.dirty = Extents::new();
-            // A write between putting its bytes in the spill file and recording them still
-            // needs the file. Closing a large unlinked file frees its blocks, which takes the
-            // local filesystem a while: not on the runtime's threads.
-            if state.writers == 0
-                && let Some(spill) = state.spill.take()
-            {
-                tokio::task::spawn_blocking(move || drop(spill));
-            }
+        }
+        // A clean file lets go of its spill, unless a write between putting its bytes in the
+        // spill file and recording them still needs it; otherwise the new base is recorded in
+        // the spill log, so a killed process's successor does not read the replaced version.
+        let leftover = durable::log_commit(&mut state, clean);
+        let released = if clean {
             std::mem::take(&mut state.budgeted)
         } else {
             0
         };
-        (released, clean)
+        (released, clean, leftover)
     };
+    leftover.dispose();
     inner.budget.release(released);
     inner.metrics.add_dirty_bytes(-(released as i64));
     match (clean, inner.config.promote, &inner.cache, body) {

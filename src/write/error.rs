@@ -8,7 +8,10 @@ use super::file::Target;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("cannot create the write spill directory {path}: {source}; check cache_dir_path")]
+    #[error(
+        "cannot create the write spill directory {path}: {source}; check cache_dir_path (or the \
+         CSI plugin's --state-dir)"
+    )]
     SpillDir {
         path: PathBuf,
         #[source]
@@ -23,7 +26,11 @@ pub enum WriteError {
         #[source]
         source: std::io::Error,
     },
-    #[error("local spill file: {source}; check free space under cache_dir_path")]
+    /// The source names the file (the spill file or its log).
+    #[error(
+        "local spill file: {source}; check free space under cache_dir_path (or the CSI \
+         plugin's --state-dir)"
+    )]
     Spill {
         #[source]
         source: std::io::Error,

@@ -10,6 +10,10 @@
 //! snapshot (a commit, or a part uploaded early) notes the generation *before* it reads. So a
 //! snapshot that raced a write either saw its bytes or is known to be stale — never silently
 //! both old and marked current.
+//!
+//! The same order keeps a killed process's writes: every change of this state that a commit
+//! needs is appended to the file's spill log (`durable`) under the lock, after its bytes and
+//! before the state records it, so the next process rebuilds exactly the writes that returned.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -21,6 +25,7 @@ use std::time::SystemTime;
 use crate::cache::ObjectVersion;
 use crate::store::{CompletedPart, ObjectStore};
 
+use super::durable::{self, SpillLog};
 use super::extents::Extents;
 
 /// Where a file is committed: which store, under which key, for which backend (metrics, logs).
@@ -67,6 +72,9 @@ pub(super) struct State {
     pub base_len: u64,
     pub dirty: Extents,
     pub spill: Option<Arc<File>>,
+    /// The spill's log (`durable`), beside it; `None` with no spill, or for a deleted file
+    /// (nothing of it is ever committed, so nothing is kept for the next process).
+    pub log: Option<SpillLog>,
     /// Writes putting bytes into `spill` that have not recorded them yet.
     pub writers: usize,
     /// Bumped by every change of content.
@@ -177,8 +185,6 @@ impl State {
 #[derive(Debug)]
 pub struct DirtyFile {
     pub target: Target,
-    /// Unique per file for the life of the process: names its spill file.
-    pub(super) serial: u64,
     pub(super) state: Mutex<State>,
     /// Held for a whole commit: one commit of a file at a time.
     pub(super) commit_lock: tokio::sync::Mutex<()>,
@@ -196,7 +202,7 @@ pub struct DirtyMeta {
 }
 
 impl DirtyFile {
-    pub(super) fn new(target: Target, serial: u64, base: Option<ObjectVersion>) -> DirtyFile {
+    pub(super) fn new(target: Target, base: Option<ObjectVersion>) -> DirtyFile {
         let (size, committed) = match &base {
             Some(base) => (base.size, 0),
             // A new file: its (empty) object still has to be created.
@@ -204,7 +210,6 @@ impl DirtyFile {
         };
         DirtyFile {
             target,
-            serial,
             state: Mutex::new(State {
                 size,
                 mtime: SystemTime::now(),
@@ -212,6 +217,7 @@ impl DirtyFile {
                 base,
                 dirty: Extents::new(),
                 spill: None,
+                log: None,
                 writers: 0,
                 generation: 0,
                 committed,
@@ -254,9 +260,12 @@ impl DirtyFile {
     }
 
     /// Sets the modification time `stat` shows until the next write. (An object's own time is
-    /// set by the store at commit; this is what the application asked for meanwhile.)
+    /// set by the store at commit; this is what the application asked for meanwhile.) Recorded
+    /// in the spill log, if the file has one: one small append, on the caller's thread.
     pub fn set_mtime(&self, mtime: SystemTime) {
-        self.state().mtime = mtime;
+        let mut state = self.state();
+        durable::log_mtime(&mut state, mtime);
+        state.mtime = mtime;
     }
 
     /// `read_spill` on a blocking-pool thread: a slow or stalled local disk must not hold up the

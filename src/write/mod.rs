@@ -2,8 +2,12 @@
 //! data, and their commits to the store.
 //!
 //! A file opened for writing becomes a [`DirtyFile`], shared by every handle on that object in
-//! every mount. Written bytes go to an anonymous spill file under `cache_dir_path` and are
-//! recorded as dirty extents over the object the file started from. A commit turns the file into
+//! every mount. Written bytes go to a spill file and are recorded as dirty extents over the
+//! object the file started from. The spill file is named, in a directory of the process's own
+//! under `cache_dir_path` (the CSI plugin: `--state-dir`), with a small log of the changes
+//! beside it (`durable`): a process killed before its commits landed leaves them, and the next
+//! process that builds the same store commits them, so no write that returned is lost to a
+//! SIGKILL (to a power loss, it may be: nothing is fsynced). A commit turns the file into
 //! a new object version: one PutObject below `multipart_upload_threshold_bytes`, otherwise a
 //! multipart upload that copies unchanged ranges server-side and reuses parts streamed while the
 //! application was still writing (see [`plan`]). Commits run on at most `write_commit_workers`
@@ -17,6 +21,7 @@ mod budget;
 mod cleanup;
 mod commit;
 mod copy;
+mod durable;
 mod error;
 mod extents;
 mod file;
@@ -30,7 +35,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
@@ -41,11 +46,11 @@ pub use extents::Extents;
 pub use file::{CommitObserver, DirtyFile, DirtyMeta, Target};
 
 use crate::cache::{LineCache, ObjectReader, ObjectVersion};
-use crate::private_dir::PrivateDir;
+use crate::private_dir::{self, PrivateDir};
 use crate::store::{ObjectStore, PutResult, StoreError};
 use crate::telemetry::Metrics;
 use budget::Budget;
-use file::View;
+use file::{State, View};
 use journal::{Recovered, UploadJournal};
 
 /// Parts of streamed uploads in flight across the process, per commit worker.
@@ -56,6 +61,8 @@ const READ_REPLANS: u32 = 10;
 /// Background commit retries back off from the first to the last delay, doubling.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_LAST: Duration = Duration::from_secs(60);
+/// The kind of the spill directories of msfs versions before `durable`.
+const LEGACY_SPILL_KIND: &str = "msfs-writes";
 
 /// What the write engine is sized by (from the top-level configuration).
 #[derive(Debug, Clone)]
@@ -69,10 +76,11 @@ pub struct WriteConfig {
     pub buffer_limit: u64,
     /// Admit committed bytes into the read cache.
     pub promote: bool,
-    /// Where the spill directory is created (the system temp dir when `None`).
+    /// Where the upload journal and the spill directory are kept unless `journal_parent` says
+    /// otherwise (the system temp dir when `None`).
     pub spill_parent: Option<PathBuf>,
-    /// Where the upload journal is kept (beside the spill directory when `None`). Processes
-    /// that should clean up after each other must share it.
+    /// Where the upload journal and the spill directory are kept (`spill_parent` when `None`).
+    /// Processes that should recover each other's uploads and unsaved writes must share it.
     pub journal_parent: Option<PathBuf>,
 }
 
@@ -84,11 +92,18 @@ pub struct WriteEngine {
 
 struct Inner {
     config: WriteConfig,
+    /// Where this process's and dead processes' spill directories are (`journal_parent`).
+    spill_parent: PathBuf,
+    /// This process's spill directory (`durable`), kept at exit while it holds dirty files.
     spill_dir: PrivateDir,
+    /// One spill recovery pass at a time (see `durable::recover`).
+    recovering: tokio::sync::Mutex<()>,
     journal: Arc<UploadJournal>,
     /// (store id, key) → the file being written there.
     files: Mutex<HashMap<(String, String), Arc<DirtyFile>>>,
-    next_serial: AtomicU64,
+    /// Names the spill files: unique in the process, never reused (a directory being removed
+    /// in the background is never confused with a new one).
+    next_spill: AtomicU64,
     commit_slots: Semaphore,
     streamed_parts: Arc<Semaphore>,
     budget: Budget,
@@ -119,18 +134,25 @@ impl WriteEngine {
             .spill_parent
             .clone()
             .unwrap_or_else(std::env::temp_dir);
-        let spill_dir = PrivateDir::create(&parent, "msfs-writes")
-            .map_err(|(path, source)| WriteError::SpillDir { path, source })?;
+        // Left by msfs versions whose spill files were unlinked at once: empty, and of no use.
+        for dir in private_dir::abandoned(&parent, LEGACY_SPILL_KIND) {
+            dir.remove();
+        }
         let journal_parent = config.journal_parent.clone().unwrap_or(parent);
+        // Kept: a dead process's files are recovered (`recover_spills`), never removed unread.
+        let spill_dir = PrivateDir::create_kept(&journal_parent, durable::KIND)
+            .map_err(|(path, source)| WriteError::SpillDir { path, source })?;
         let journal = UploadJournal::open(&journal_parent)
             .map_err(|(path, source)| WriteError::JournalDir { path, source })?;
         let workers = config.commit_workers.max(1);
         Ok(WriteEngine {
             inner: Arc::new(Inner {
+                spill_parent: journal_parent,
                 spill_dir,
+                recovering: tokio::sync::Mutex::new(()),
                 journal: Arc::new(journal),
                 files: Mutex::new(HashMap::new()),
-                next_serial: AtomicU64::new(1),
+                next_spill: AtomicU64::new(1),
                 commit_slots: Semaphore::new(workers),
                 streamed_parts: Arc::new(Semaphore::new(workers * STREAMED_PARTS_PER_WORKER)),
                 budget: Budget::new(config.dirty_limit),
@@ -191,10 +213,7 @@ impl WriteEngine {
         let mut files = self.inner.files();
         let file = files
             .entry(id)
-            .or_insert_with(|| {
-                let serial = self.inner.next_serial.fetch_add(1, Ordering::Relaxed);
-                Arc::new(DirtyFile::new(target, serial, base))
-            })
+            .or_insert_with(|| Arc::new(DirtyFile::new(target, base)))
             .clone();
         file.state().handles += 1;
         file
@@ -227,11 +246,14 @@ impl WriteEngine {
         let Some(file) = removed else {
             return;
         };
-        let budgeted = {
+        let (budgeted, log) = {
             let mut state = file.state();
             state.deleted = true;
-            std::mem::take(&mut state.budgeted)
+            // Never to be committed: nothing for a next process. The spill file itself stays
+            // open (unnamed) for the handles still reading it.
+            (std::mem::take(&mut state.budgeted), state.log.take())
         };
+        durable::Leftover { spill: None, log }.dispose();
         self.inner.budget.release(budgeted);
         self.inner.metrics.add_dirty_bytes(-(budgeted as i64));
         // A commit checks `deleted` when it starts; wait out one that started before.
@@ -269,6 +291,33 @@ impl WriteEngine {
         });
     }
 
+    /// Takes over the files that killed msfs processes sharing `journal_parent` left dirty in
+    /// `store` (see `durable`): each becomes a dirty file of this process, as if just written
+    /// (an `open` of its key sees its content, and its bytes count against the dirty bound),
+    /// and is committed in the background. `target_for_key` says where a key is committed
+    /// (backend, delta log); a key it returns `None` for (another backend's over the same
+    /// bucket) stays for a later call, as do the files of stores not built yet. Returns how many
+    /// files were taken over.
+    ///
+    /// Called for each writable store the process builds, right after `recover_uploads` for it
+    /// and once the backend's manifest (its commit observer) is known, before the mount serves
+    /// it; waits only for local file I/O, never for the store.
+    pub async fn recover_spills(
+        &self,
+        store: &dyn ObjectStore,
+        target_for_key: impl Fn(&str) -> Option<Target>,
+    ) -> usize {
+        let files = durable::recover(&self.inner, store.id(), target_for_key).await;
+        for file in &files {
+            self.commit_in_background(file);
+        }
+        if !files.is_empty() {
+            tracing::info!(store = %store.id(), files = files.len(),
+                "committing the unsaved writes killed msfs processes left");
+        }
+        files.len()
+    }
+
     /// Writes `data` at `offset`. Waits (never fails) while dirty data is over its bound; fails
     /// with `TooLarge` (EFBIG) past the largest object the store can hold.
     pub async fn write(
@@ -299,45 +348,27 @@ impl WriteEngine {
         } else {
             0
         };
-        // Bytes first, record second (see `file`'s module doc); the spill file's create and
-        // pwrite run on the blocking pool, so a stalled local disk stalls only this write.
-        let written = {
+        // Bytes first, record second (see `file`'s module doc); the spill file's create, the
+        // pwrite and the log append run on the blocking pool, so a stalled local disk stalls
+        // only this write.
+        let recorded = {
             let (inner, spilled, bytes) = (
                 Arc::clone(&self.inner),
                 Arc::clone(file),
                 Bytes::copy_from_slice(data),
             );
             tokio::task::spawn_blocking(move || {
-                let spill = inner.spill_of(&spilled)?;
-                Ok::<_, WriteError>(spill.write_all_at(&bytes, offset))
+                inner.spill_write(&spilled, offset, &bytes, reserved)
             })
             .await
             .unwrap_or(Err(WriteError::Internal("a spill write task panicked")))
         };
-        let written = match written {
-            Ok(written) => written,
+        let counted = match recorded {
+            Ok(counted) => counted,
             Err(e) => {
                 self.inner.budget.release(reserved);
                 return Err(e);
             }
-        };
-        let counted = {
-            let mut state = file.state();
-            state.writers -= 1;
-            if let Err(source) = written {
-                drop(state);
-                self.inner.budget.release(reserved);
-                return Err(WriteError::Spill { source });
-            }
-            let fresh = state.record_write(offset..end);
-            // Unlinked or stranded meanwhile: whatever `forget`/stranding took was all there was.
-            let counted = if reserved > 0 && state.counts_against_budget() {
-                fresh
-            } else {
-                0
-            };
-            state.budgeted += counted;
-            counted
         };
         self.inner.budget.release(reserved - counted);
         self.inner.metrics.add_dirty_bytes(counted as i64);
@@ -436,6 +467,10 @@ impl WriteEngine {
 
     /// Sets the file's size: shrinking drops bytes, growing adds zeros. A size past the largest
     /// object the store can hold fails with `TooLarge` (EFBIG) here, not at the commit.
+    ///
+    /// A size change is recorded in the spill log first (`durable`), the spill directory being
+    /// created if this is the file's first change: a few small file operations on the caller's
+    /// thread, as cutting the spill file itself always was.
     pub fn truncate(&self, file: &Arc<DirtyFile>, size: u64) -> Result<(), WriteError> {
         let max = file.target.store.max_object_size();
         if size > max {
@@ -443,15 +478,24 @@ impl WriteEngine {
         }
         let dropped = {
             let mut state = file.state();
-            if let Some(spill) = &state.spill
-                && size < state.size
-            {
-                spill
-                    .set_len(size)
-                    .map_err(|source| WriteError::Spill { source })?;
+            let (mtime, shrunk) = (SystemTime::now(), size < state.size);
+            // The same size changes nothing a commit would need, and a deleted file is never
+            // committed: no record.
+            if size != state.size && !state.deleted {
+                self.inner.ensure_spill(file, &mut state)?;
+                durable::log_truncate(&mut state, size, mtime)?;
             }
             let dropped = state.record_truncate(size).min(state.budgeted);
+            state.mtime = mtime;
             state.budgeted -= dropped;
+            // Only frees space: the bytes cut off are no longer dirty, so never read.
+            if let Some(spill) = &state.spill
+                && shrunk
+                && let Err(e) = spill.set_len(size)
+            {
+                tracing::warn!(key = %file.target.key, error = %e,
+                    "cannot cut a spill file down after a truncate; its space is freed once the                      file is committed");
+            }
             dropped
         };
         self.inner.budget.release(dropped);
@@ -599,27 +643,77 @@ impl Inner {
         self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Puts `data` at `offset` into the file's spill file and records it: bytes first, then
+    /// the log record (`durable`), then the state, the last two under the state lock so the
+    /// log's order is the state's. Returns how many of the `reserved` bytes now count as dirty.
+    /// File I/O: run on the blocking pool.
+    fn spill_write(
+        &self,
+        file: &DirtyFile,
+        offset: u64,
+        data: &[u8],
+        reserved: u64,
+    ) -> Result<u64, WriteError> {
+        let spill = self.spill_of(file)?;
+        let written = spill.write_all_at(data, offset);
+        let mut state = file.state();
+        state.writers -= 1;
+        written.map_err(|e| durable::spill_error(&state, e))?;
+        let (range, mtime) = (offset..offset + data.len() as u64, SystemTime::now());
+        durable::log_write(&mut state, range.clone(), mtime)?;
+        let fresh = state.record_write(range);
+        state.mtime = mtime;
+        // Unlinked or stranded meanwhile: whatever `forget`/stranding took was all there was.
+        let counted = if reserved > 0 && state.counts_against_budget() {
+            fresh
+        } else {
+            0
+        };
+        state.budgeted += counted;
+        Ok(counted)
+    }
+
     /// The file's spill file for a write about to put bytes in it (counted in `writers` until
-    /// it records them, so that a commit landing meanwhile keeps the file). Created on first
-    /// use, and at once unlinked, so it lives exactly as long as the file needs it, crash or not.
+    /// it records them, so that a commit landing meanwhile keeps the file).
     fn spill_of(&self, file: &DirtyFile) -> Result<Arc<File>, WriteError> {
         let mut state = file.state();
-        if let Some(spill) = state.spill.clone() {
-            state.writers += 1;
-            return Ok(spill);
-        }
-        let path = self.spill_dir.path().join(format!("file-{}", file.serial));
-        let spill = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|source| WriteError::Spill { source })?;
-        let _ = std::fs::remove_file(&path);
-        let spill = Arc::new(spill);
-        state.spill = Some(Arc::clone(&spill));
+        let spill = self.ensure_spill(file, &mut state)?;
         state.writers += 1;
         Ok(spill)
+    }
+
+    /// The file's spill file, created on first use: with its log, headed by the state as it is
+    /// now (`durable`); for a deleted file, which is never committed, unnamed at once, so it
+    /// lives exactly as long as the file needs it, crash or not.
+    fn ensure_spill(&self, file: &DirtyFile, state: &mut State) -> Result<Arc<File>, WriteError> {
+        if let Some(spill) = &state.spill {
+            return Ok(Arc::clone(spill));
+        }
+        let number = self.new_spill_number();
+        let spill = if state.deleted {
+            let path = self.spill_dir.path().join(format!("unlinked-{number}"));
+            let spill = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|source| WriteError::Spill { source })?;
+            let _ = std::fs::remove_file(&path);
+            spill
+        } else {
+            let header = durable::Header::of(&file.target, state);
+            let (spill, log) = durable::create(self.spill_dir.path(), number, header)
+                .map_err(|source| WriteError::Spill { source })?;
+            state.log = Some(log);
+            spill
+        };
+        let spill = Arc::new(spill);
+        state.spill = Some(Arc::clone(&spill));
+        Ok(spill)
+    }
+
+    fn new_spill_number(&self) -> u64 {
+        self.next_spill.fetch_add(1, Ordering::Relaxed)
     }
 
     /// A commit of `file` failed for good: stop counting its bytes against the bound, so the
@@ -654,10 +748,26 @@ impl Inner {
             return;
         }
         let id = (file.target.store.id().to_string(), file.target.key.clone());
-        let mut files = self.files();
-        if files.get(&id).is_some_and(|f| Arc::ptr_eq(f, file)) {
-            files.remove(&id);
+        {
+            let mut files = self.files();
+            if files.get(&id).is_some_and(|f| Arc::ptr_eq(f, file)) {
+                files.remove(&id);
+            }
         }
+        // A clean file's spill can be left after a commit that landed while a write was still
+        // putting bytes in it (and then failed): its content is now the object's.
+        let leftover = {
+            let mut state = file.state();
+            if state.is_dirty() || state.writers > 0 {
+                durable::Leftover::default()
+            } else {
+                durable::Leftover {
+                    spill: state.spill.take(),
+                    log: state.log.take(),
+                }
+            }
+        };
+        leftover.dispose();
     }
 }
 
@@ -690,5 +800,7 @@ fn read_plan(state: &View<'_>, range: Range<u64>) -> Vec<Piece> {
     pieces
 }
 
+#[cfg(test)]
+mod recovery_tests;
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,7 @@
 //! Each test file declares `mod common;` and uses what it needs.
 #![allow(dead_code, unused_imports)]
 
+pub mod app;
 pub mod csi;
 pub mod fault_proxy;
 pub mod garage;
@@ -161,6 +162,16 @@ pub fn journal_dirs(parent: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 /// Rewrites `path` with 256 MiB of [`pattern`] on a thread of its own, 1 MiB per write, until
 /// done or until the mount dies under it (a crash test kills msfs while it writes).
+/// Whether `bytes` is what [`spawn_endless_writer`] wrote up to some point (not empty): what a
+/// killed server's successor commits of the writes it acknowledged.
+pub fn is_endless_writer_prefix(bytes: &[u8]) -> bool {
+    !bytes.is_empty()
+        && bytes
+            .chunks(1 << 20)
+            .enumerate()
+            .all(|(i, chunk)| chunk == &pattern(1 << 20, i as u64)[..chunk.len()])
+}
+
 pub fn spawn_endless_writer(path: std::path::PathBuf) -> std::thread::JoinHandle<()> {
     use std::io::Write;
     std::thread::spawn(move || {

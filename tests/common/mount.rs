@@ -7,6 +7,9 @@
 //! process behind: a mount still present is lazily unmounted, the child is
 //! killed by its PID and always reaped.
 //!
+//! Each mount gets a state directory of its own (`--state-dir`), so its fd holder is its own
+//! too: the holder exits by itself once the mount is gone.
+//!
 //! Calls here block (they wait on processes and poll `/proc/self/mountinfo`);
 //! from an async test on a multi-thread runtime that costs one worker thread
 //! for a moment, which is acceptable in tests.
@@ -16,6 +19,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Longest wait for the mount to appear after spawning msfs.
@@ -36,6 +40,9 @@ pub struct MsfsMount {
     config_path: PathBuf,
     stdout_path: PathBuf,
     stderr_path: PathBuf,
+    state_dir: PathBuf,
+    /// Arguments given to `msfs mount` besides the config, mountpoint and state directory.
+    extra_args: Vec<String>,
     // Last field: removed after `Drop::drop` has unmounted and reaped.
     dir: Option<tempfile::TempDir>,
 }
@@ -47,6 +54,15 @@ impl MsfsMount {
     /// Returns `Err` with msfs's stderr if it exits first or the mount does
     /// not appear within 30 s (the process is stopped in both cases).
     pub fn start(config_text: &str, ext: &str) -> Result<MsfsMount, String> {
+        MsfsMount::start_with_args(config_text, ext, &[])
+    }
+
+    /// As [`MsfsMount::start`], with more arguments for `msfs mount` (`--no-fd-holder`).
+    pub fn start_with_args(
+        config_text: &str,
+        ext: &str,
+        extra_args: &[&str],
+    ) -> Result<MsfsMount, String> {
         assert!(
             ext == "yaml" || ext == "json",
             "config extension must be \"yaml\" or \"json\", got {ext:?}"
@@ -65,37 +81,86 @@ impl MsfsMount {
         let config_path = root.join(format!("config.{ext}"));
         let stdout_path = root.join("msfs.stdout");
         let stderr_path = root.join("msfs.stderr");
+        let state_dir = root.join("state");
         std::fs::create_dir(&mountpoint)
             .map_err(|e| format!("create {}: {e}", mountpoint.display()))?;
         std::fs::write(&config_path, config_text)
             .map_err(|e| format!("write {}: {e}", config_path.display()))?;
-        let stdout = std::fs::File::create(&stdout_path)
-            .map_err(|e| format!("create {}: {e}", stdout_path.display()))?;
-        let stderr = std::fs::File::create(&stderr_path)
-            .map_err(|e| format!("create {}: {e}", stderr_path.display()))?;
-
-        let child = Command::new(env!("CARGO_BIN_EXE_msfs"))
-            .arg("mount")
-            .arg(&config_path)
-            .arg(&mountpoint)
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", env!("CARGO_BIN_EXE_msfs")))?;
-
         let mut mount = MsfsMount {
-            pid: child.id(),
-            child: Some(child),
+            pid: 0,
+            child: None,
             exit_status: None,
             mountpoint,
             config_path,
             stdout_path,
             stderr_path,
+            state_dir,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             dir: Some(dir),
         };
+        mount.spawn(&[])?;
         mount.wait_for_mount()?;
         Ok(mount)
+    }
+
+    /// Starts `msfs mount` (with `more` arguments) as this mount's process; its output
+    /// replaces the previous process's.
+    fn spawn(&mut self, more: &[&str]) -> Result<(), String> {
+        let stdout = std::fs::File::create(&self.stdout_path)
+            .map_err(|e| format!("create {}: {e}", self.stdout_path.display()))?;
+        let stderr = std::fs::File::create(&self.stderr_path)
+            .map_err(|e| format!("create {}: {e}", self.stderr_path.display()))?;
+        let child = Command::new(env!("CARGO_BIN_EXE_msfs"))
+            .arg("mount")
+            .arg(&self.config_path)
+            .arg(&self.mountpoint)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .args(&self.extra_args)
+            .args(more)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", env!("CARGO_BIN_EXE_msfs")))?;
+        self.pid = child.id();
+        self.child = Some(child);
+        self.exit_status = None;
+        Ok(())
+    }
+
+    /// After the process died (`stop_with_signal(SIGKILL)`): starts `msfs mount --takeover`
+    /// on the same mountpoint and state directory, and waits until it serves.
+    pub fn take_over(&mut self) -> Result<(), String> {
+        assert!(
+            self.try_reap().is_some(),
+            "take_over needs the previous process gone"
+        );
+        self.spawn(&["--takeover"])?;
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        // The daemon's "mounted" line (text logs: `msfs::daemon: mounted mountpoint=…`).
+        while !self.stdout_text().contains(": mounted") {
+            if let Some(status) = self.try_reap() {
+                return Err(format!(
+                    "msfs --takeover exited ({status}); stderr:\n{}\nstdout:\n{}",
+                    self.stderr_text(),
+                    self.stdout_text()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "msfs --takeover did not serve within {MOUNT_TIMEOUT:?}; stdout:\n{}",
+                    self.stdout_text()
+                ));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        Ok(())
+    }
+
+    /// The state directory (`--state-dir`): the fd holder's socket, the kernel-state journal.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
     }
 
     /// On error the caller drops `self`, which stops the process.
@@ -392,5 +457,61 @@ fn read_lossy(path: &Path) -> String {
     match std::fs::read(path) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// The last lines of the daemon's log (stdout and stderr).
+pub fn daemon_log(mount: &MsfsMount) -> String {
+    let log = mount.stdout_text() + &mount.stderr_text();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Runs `step` on a thread of its own and returns its result; if it has not finished within
+/// `limit`, aborts the mount's FUSE connection and fails the test, saying it hung doing `what`.
+pub fn within<T: Send + 'static>(
+    mount: &MsfsMount,
+    limit: Duration,
+    what: &str,
+    step: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    guarded(
+        limit,
+        what,
+        || {
+            let aborted = abort_fuse_connection(mount.path());
+            format!(
+                "(msfs pid {}); {aborted}\n--- msfs log (tail) ---\n{}",
+                mount.pid(),
+                daemon_log(mount)
+            )
+        },
+        step,
+    )
+}
+
+/// Runs `step` on a thread of its own and returns its result; if it has not finished within
+/// `limit`, fails the test saying it hung doing `what`, with what `on_hang` did and says
+/// (which should unblock the step: abort the FUSE connections it waits on).
+pub fn guarded<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    on_hang: impl FnOnce() -> String,
+    step: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done_tx, done_rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let out = step();
+        let _ = done_tx.send(());
+        out
+    });
+    match done_rx.recv_timeout(limit) {
+        // Disconnected: the step panicked; join hands its panic on.
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("HUNG: {what}: no answer within {limit:?} {}", on_hang())
+        }
     }
 }

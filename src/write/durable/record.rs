@@ -1,0 +1,582 @@
+//! The spill log's records: how each change of a file's state is framed on disk, and how a log
+//! is read back (up to its first torn record) and replayed into the state it describes.
+//!
+//! A frame is `len | crc32(body) | body`, the two heads little-endian u32s. A body starts with
+//! a tag byte; integers are little-endian, strings a u32 length and UTF-8 bytes, times an i64
+//! count of seconds and a u32 of nanoseconds from the Unix epoch:
+//!
+//! - `H` header: format (u32), store id, backend, key, base (0, or 1 then key, ETag, size),
+//!   `base_len`, size, mtime;
+//! - `W` write: start, end, mtime;
+//! - `T` truncate: size, mtime;
+//! - `M` mtime;
+//! - `C` commit landed: base key, ETag, size, `base_len`, clean (0 or 1).
+
+use std::ops::Range;
+use std::time::{Duration, SystemTime};
+
+use crate::cache::ObjectVersion;
+use crate::write::Extents;
+use crate::write::file::{State, Target};
+
+/// Bumped whenever a record's layout changes; logs of another format are left alone.
+const FORMAT: u32 = 1;
+/// No record is anywhere near this long (keys are at most 1,024 bytes): a length past it is
+/// a torn or foreign frame, not an allocation to attempt.
+const MAX_RECORD: usize = 64 << 10;
+/// Length and CRC-32, each a little-endian u32.
+const FRAME_HEAD: usize = 8;
+
+/// What a file's log starts with: enough to rebuild the file over its base object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::write) struct Header {
+    /// [`crate::store::ObjectStore::id`] of the store the file is committed to.
+    pub store: String,
+    pub backend: String,
+    pub key: String,
+    pub base: Option<ObjectVersion>,
+    pub base_len: u64,
+    pub size: u64,
+    pub mtime: SystemTime,
+}
+
+impl Header {
+    /// The header of `target`'s file as it is now.
+    pub fn of(target: &Target, state: &State) -> Header {
+        Header {
+            store: target.store.id().to_string(),
+            backend: target.backend.clone(),
+            key: target.key.clone(),
+            base: state.base.clone(),
+            base_len: state.base_len,
+            size: state.size,
+            mtime: state.mtime,
+        }
+    }
+}
+
+/// One entry of a file's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::write) enum Record {
+    Header(Header),
+    /// Bytes `range` are in the spill file (`State::record_write`).
+    Write {
+        range: Range<u64>,
+        mtime: SystemTime,
+    },
+    /// `State::record_truncate`.
+    Truncate {
+        size: u64,
+        mtime: SystemTime,
+    },
+    /// `DirtyFile::set_mtime`.
+    Mtime(SystemTime),
+    /// A commit landed: `base` is the new base object and `base_len` its share of the file;
+    /// `clean` when nothing was written during the commit, and so the extents were cleared.
+    Committed {
+        base: ObjectVersion,
+        base_len: u64,
+        clean: bool,
+    },
+}
+
+const TAG_HEADER: u8 = b'H';
+const TAG_WRITE: u8 = b'W';
+const TAG_TRUNCATE: u8 = b'T';
+const TAG_MTIME: u8 = b'M';
+const TAG_COMMITTED: u8 = b'C';
+
+impl Record {
+    /// The record as appended: `len | crc32(body) | body`, then the body (little-endian
+    /// integers, strings as a u32 length and UTF-8 bytes, times as i64 seconds and u32
+    /// nanoseconds from the Unix epoch).
+    pub(in crate::write) fn frame(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(64);
+        match self {
+            Record::Header(h) => {
+                body.push(TAG_HEADER);
+                put_u32(&mut body, FORMAT);
+                put_str(&mut body, &h.store);
+                put_str(&mut body, &h.backend);
+                put_str(&mut body, &h.key);
+                match &h.base {
+                    Some(base) => {
+                        body.push(1);
+                        put_version(&mut body, base);
+                    }
+                    None => body.push(0),
+                }
+                put_u64(&mut body, h.base_len);
+                put_u64(&mut body, h.size);
+                put_time(&mut body, h.mtime);
+            }
+            Record::Write { range, mtime } => {
+                body.push(TAG_WRITE);
+                put_u64(&mut body, range.start);
+                put_u64(&mut body, range.end);
+                put_time(&mut body, *mtime);
+            }
+            Record::Truncate { size, mtime } => {
+                body.push(TAG_TRUNCATE);
+                put_u64(&mut body, *size);
+                put_time(&mut body, *mtime);
+            }
+            Record::Mtime(mtime) => {
+                body.push(TAG_MTIME);
+                put_time(&mut body, *mtime);
+            }
+            Record::Committed {
+                base,
+                base_len,
+                clean,
+            } => {
+                body.push(TAG_COMMITTED);
+                put_version(&mut body, base);
+                put_u64(&mut body, *base_len);
+                body.push(u8::from(*clean));
+            }
+        }
+        let mut frame = Vec::with_capacity(FRAME_HEAD + body.len());
+        put_u32(&mut frame, body.len() as u32);
+        put_u32(&mut frame, crc32fast::hash(&body));
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    /// The record whose body is `body` (its frame checked already); `None` if it does not
+    /// parse (then it ends the log), or, for a header, if it is of another format.
+    fn parse(body: &[u8]) -> Option<Record> {
+        let mut r = Reader(body);
+        let record = match r.u8()? {
+            TAG_HEADER => {
+                if r.u32()? != FORMAT {
+                    return None;
+                }
+                let (store, backend, key) = (r.string()?, r.string()?, r.string()?);
+                let base = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.version()?),
+                    _ => return None,
+                };
+                Record::Header(Header {
+                    store,
+                    backend,
+                    key,
+                    base,
+                    base_len: r.u64()?,
+                    size: r.u64()?,
+                    mtime: r.time()?,
+                })
+            }
+            TAG_WRITE => {
+                let (start, end) = (r.u64()?, r.u64()?);
+                if start > end {
+                    return None;
+                }
+                Record::Write {
+                    range: start..end,
+                    mtime: r.time()?,
+                }
+            }
+            TAG_TRUNCATE => Record::Truncate {
+                size: r.u64()?,
+                mtime: r.time()?,
+            },
+            TAG_MTIME => Record::Mtime(r.time()?),
+            TAG_COMMITTED => Record::Committed {
+                base: r.version()?,
+                base_len: r.u64()?,
+                clean: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                },
+            },
+            _ => return None,
+        };
+        r.0.is_empty().then_some(record)
+    }
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u32(out, s.len() as u32);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_version(out: &mut Vec<u8>, v: &ObjectVersion) {
+    put_str(out, &v.key);
+    put_str(out, &v.etag);
+    put_u64(out, v.size);
+}
+
+/// Times before the epoch are possible (`touch -d 1960-01-01`), hence a signed count.
+fn put_time(out: &mut Vec<u8>, t: SystemTime) {
+    let (secs, nanos) = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => (after.as_secs() as i64, after.subsec_nanos()),
+        Err(before) => {
+            let before = before.duration();
+            let whole = before.as_secs() as i64 + i64::from(before.subsec_nanos() > 0);
+            let nanos = (1_000_000_000 - before.subsec_nanos()) % 1_000_000_000;
+            (-whole, nanos)
+        }
+    };
+    out.extend_from_slice(&secs.to_le_bytes());
+    put_u32(out, nanos);
+}
+
+/// A cursor over a record's body.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let len = self.u32()? as usize;
+        String::from_utf8(self.take(len)?.to_vec()).ok()
+    }
+
+    fn version(&mut self) -> Option<ObjectVersion> {
+        Some(ObjectVersion {
+            key: self.string()?,
+            etag: self.string()?,
+            size: self.u64()?,
+        })
+    }
+
+    fn time(&mut self) -> Option<SystemTime> {
+        let secs = i64::from_le_bytes(self.take(8)?.try_into().ok()?);
+        let nanos = self.u32()?;
+        if nanos >= 1_000_000_000 {
+            return None;
+        }
+        let epoch = SystemTime::UNIX_EPOCH;
+        if secs >= 0 {
+            epoch.checked_add(Duration::new(secs as u64, nanos))
+        } else {
+            epoch
+                .checked_sub(Duration::from_secs(secs.unsigned_abs()))?
+                .checked_add(Duration::from_nanos(u64::from(nanos)))
+        }
+    }
+}
+
+/// The records of a log, in order, up to the first that is cut short or does not check out;
+/// with the length they take.
+fn records(log: &[u8]) -> (Vec<Record>, u64) {
+    let (mut records, mut at) = (Vec::new(), 0usize);
+    while log.len() - at >= FRAME_HEAD {
+        let len = u32::from_le_bytes([log[at], log[at + 1], log[at + 2], log[at + 3]]) as usize;
+        let crc = u32::from_le_bytes([log[at + 4], log[at + 5], log[at + 6], log[at + 7]]);
+        let start = at + FRAME_HEAD;
+        if len > MAX_RECORD || log.len() - start < len {
+            break;
+        }
+        let body = &log[start..start + len];
+        if crc32fast::hash(body) != crc {
+            break;
+        }
+        let Some(record) = Record::parse(body) else {
+            break;
+        };
+        records.push(record);
+        at = start + len;
+    }
+    (records, at as u64)
+}
+
+/// A file's state as its log tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::write) struct Replayed {
+    pub store: String,
+    pub backend: String,
+    pub key: String,
+    pub base: Option<ObjectVersion>,
+    pub base_len: u64,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub dirty: Extents,
+    /// A write or truncate was recorded since the header or the last commit that left the
+    /// file clean: there is something to commit.
+    pub changed: bool,
+    /// Bytes of whole records: where the next one is to be appended.
+    pub valid_len: u64,
+}
+
+/// What a log holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(in crate::write) enum Parsed {
+    File(Replayed),
+    /// No whole header: the file was killed while being created, before any write returned.
+    Torn,
+    /// A header of another format (another msfs version's): left alone.
+    Foreign,
+}
+
+/// Replays a log onto its header: the same changes `State::record_write` and
+/// `State::record_truncate` and a commit's rebase made to the file, in the same order.
+pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
+    let (records, valid_len) = records(log);
+    let mut records = records.into_iter();
+    let header = match records.next() {
+        Some(Record::Header(header)) => header,
+        Some(_) => return Parsed::Torn,
+        None if is_foreign_header(log) => return Parsed::Foreign,
+        None => return Parsed::Torn,
+    };
+    let mut file = Replayed {
+        store: header.store,
+        backend: header.backend,
+        key: header.key,
+        base: header.base,
+        base_len: header.base_len.min(header.size),
+        size: header.size,
+        mtime: header.mtime,
+        dirty: Extents::new(),
+        changed: false,
+        valid_len,
+    };
+    for record in records {
+        match record {
+            // Only the first record is a header; another is corruption, and ends the log.
+            Record::Header(_) => break,
+            Record::Write { range, mtime } => {
+                file.size = file.size.max(range.end);
+                file.dirty.insert(range);
+                file.mtime = mtime;
+                file.changed = true;
+            }
+            Record::Truncate { size, mtime } => {
+                file.size = size;
+                file.base_len = file.base_len.min(size);
+                file.dirty.truncate(size);
+                file.mtime = mtime;
+                file.changed = true;
+            }
+            Record::Mtime(mtime) => file.mtime = mtime,
+            Record::Committed {
+                base,
+                base_len,
+                clean,
+            } => {
+                file.base = Some(base);
+                file.base_len = base_len.min(file.size);
+                if clean {
+                    file.dirty = Extents::new();
+                    file.changed = false;
+                }
+            }
+        }
+    }
+    Parsed::File(file)
+}
+
+/// Whether `log` starts with a whole, checked header frame of another format.
+fn is_foreign_header(log: &[u8]) -> bool {
+    if log.len() < FRAME_HEAD + 5 {
+        return false;
+    }
+    let len = u32::from_le_bytes([log[0], log[1], log[2], log[3]]) as usize;
+    let crc = u32::from_le_bytes([log[4], log[5], log[6], log[7]]);
+    let Some(body) = log.get(FRAME_HEAD..FRAME_HEAD + len) else {
+        return false;
+    };
+    crc32fast::hash(body) == crc
+        && body[0] == TAG_HEADER
+        && body.get(1..5).is_some_and(|v| v != FORMAT.to_le_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            store: "s3:a".into(),
+            backend: "data".into(),
+            key: "dir/file".into(),
+            base: Some(ObjectVersion {
+                key: "dir/file".into(),
+                etag: "\"abc\"".into(),
+                size: 100,
+            }),
+            base_len: 100,
+            size: 100,
+            mtime: SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 5),
+        }
+    }
+
+    fn log_of(records: &[Record]) -> Vec<u8> {
+        records.iter().flat_map(Record::frame).collect()
+    }
+
+    fn replayed(log: &[u8]) -> Replayed {
+        match replay(log) {
+            Parsed::File(file) => file,
+            other => panic!("not a file: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_record_reads_back_as_written() {
+        let at = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_001, 999_999_999);
+        let before_epoch = SystemTime::UNIX_EPOCH - Duration::new(3, 250);
+        let all = vec![
+            Record::Header(header()),
+            Record::Header(Header {
+                base: None,
+                ..header()
+            }),
+            Record::Write {
+                range: 5..70,
+                mtime: at,
+            },
+            Record::Truncate {
+                size: 12,
+                mtime: before_epoch,
+            },
+            Record::Mtime(SystemTime::UNIX_EPOCH - Duration::from_secs(86_400)),
+            Record::Committed {
+                base: ObjectVersion {
+                    key: "dir/file".into(),
+                    etag: "new".into(),
+                    size: 3,
+                },
+                base_len: 3,
+                clean: true,
+            },
+        ];
+        let log = log_of(&all);
+        let (read, len) = records(&log);
+        assert_eq!(read, all);
+        assert_eq!(len, log.len() as u64);
+    }
+
+    #[test]
+    fn a_log_replays_to_the_state_its_records_made() {
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let log = log_of(&[
+            Record::Header(header()),
+            Record::Write {
+                range: 90..120,
+                mtime: at(1),
+            },
+            Record::Truncate {
+                size: 50,
+                mtime: at(2),
+            },
+            Record::Write {
+                range: 60..64,
+                mtime: at(3),
+            },
+            Record::Mtime(at(4)),
+        ]);
+        let file = replayed(&log);
+        assert_eq!((file.size, file.base_len), (64, 50));
+        assert_eq!(file.dirty.iter().collect::<Vec<_>>(), vec![60..64]);
+        assert_eq!(file.mtime, at(4));
+        assert!(file.changed);
+        assert_eq!(file.valid_len, log.len() as u64);
+    }
+
+    #[test]
+    fn a_clean_commit_leaves_nothing_to_recover_until_the_next_change() {
+        let base = ObjectVersion {
+            key: "dir/file".into(),
+            etag: "v2".into(),
+            size: 120,
+        };
+        let mut records = vec![
+            Record::Header(header()),
+            Record::Write {
+                range: 90..120,
+                mtime: SystemTime::UNIX_EPOCH,
+            },
+            Record::Committed {
+                base: base.clone(),
+                base_len: 120,
+                clean: true,
+            },
+        ];
+        let file = replayed(&log_of(&records));
+        assert!(!file.changed && file.dirty.is_empty());
+        assert_eq!(file.base, Some(base));
+        records.push(Record::Write {
+            range: 0..1,
+            mtime: SystemTime::UNIX_EPOCH,
+        });
+        let file = replayed(&log_of(&records));
+        assert!(file.changed);
+        assert_eq!(file.dirty.iter().collect::<Vec<_>>(), vec![0..1]);
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_tail_ends_the_log_where_the_whole_records_end() {
+        let whole = log_of(&[
+            Record::Header(header()),
+            Record::Write {
+                range: 0..10,
+                mtime: SystemTime::UNIX_EPOCH,
+            },
+        ]);
+        let torn = Record::Write {
+            range: 10..20,
+            mtime: SystemTime::UNIX_EPOCH,
+        }
+        .frame();
+        for cut in 1..torn.len() {
+            let mut log = whole.clone();
+            log.extend_from_slice(&torn[..cut]);
+            let file = replayed(&log);
+            assert_eq!(file.size, 100, "cut at {cut}");
+            assert_eq!(file.dirty.iter().collect::<Vec<_>>(), vec![0..10]);
+            assert_eq!(file.valid_len, whole.len() as u64);
+        }
+        let mut flipped = whole.clone();
+        flipped.extend_from_slice(&torn);
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert_eq!(replayed(&flipped).valid_len, whole.len() as u64);
+    }
+
+    #[test]
+    fn a_log_without_its_header_is_torn_and_another_format_foreign() {
+        let frame = Record::Header(header()).frame();
+        assert_eq!(replay(&frame[..frame.len() - 1]), Parsed::Torn);
+        assert_eq!(replay(&[]), Parsed::Torn);
+        let mut foreign = vec![TAG_HEADER];
+        put_u32(&mut foreign, FORMAT + 1);
+        foreign.extend_from_slice(b"whatever comes next");
+        let mut log = Vec::new();
+        put_u32(&mut log, foreign.len() as u32);
+        put_u32(&mut log, crc32fast::hash(&foreign));
+        log.extend_from_slice(&foreign);
+        assert_eq!(replay(&log), Parsed::Foreign);
+    }
+}

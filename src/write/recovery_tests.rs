@@ -1,0 +1,479 @@
+//! A killed process's unsaved writes, recovered by the next one (`durable`): engines on one
+//! spill parent, the first dropped without committing as a SIGKILL would leave it (its files in
+//! place, its directory unlocked), the next recovering and committing them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::*;
+use crate::cache::DirectReader;
+use crate::store::testing::TestStore;
+use crate::telemetry::Metrics;
+
+const MIB: u64 = 1 << 20;
+
+/// A spill parent shared by the engines of successive "processes", and two stores.
+struct Node {
+    parent: tempfile::TempDir,
+    _data: tempfile::TempDir,
+    a: Arc<TestStore>,
+    b: Arc<TestStore>,
+    a_root: PathBuf,
+}
+
+fn node() -> Node {
+    let parent = tempfile::tempdir().expect("spill parent");
+    let data = tempfile::tempdir().expect("data");
+    let (a_root, b_root) = (data.path().join("a"), data.path().join("b"));
+    std::fs::create_dir(&a_root).expect("mkdir");
+    std::fs::create_dir(&b_root).expect("mkdir");
+    Node {
+        a: TestStore::new(&a_root, "s3:a"),
+        b: TestStore::new(&b_root, "s3:b"),
+        a_root,
+        _data: data,
+        parent,
+    }
+}
+
+impl Node {
+    /// A new process's write engine.
+    fn engine(&self) -> WriteEngine {
+        let config = WriteConfig {
+            multipart_threshold: 8 * MIB,
+            commit_workers: 2,
+            dirty_limit: 1 << 30,
+            buffer_limit: 256 << 20,
+            promote: false,
+            spill_parent: Some(self.parent.path().to_path_buf()),
+            journal_parent: None,
+        };
+        WriteEngine::new(config, Arc::new(DirectReader), None, Metrics::new()).expect("engine")
+    }
+
+    fn stored(&self, key: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.a_root.join(key)).ok()
+    }
+
+    /// Every spill directory under the parent, with the files' directories in each.
+    fn spill_dirs(&self) -> Vec<(PathBuf, Vec<PathBuf>)> {
+        let mut dirs: Vec<_> = std::fs::read_dir(self.parent.path())
+            .expect("list parent")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("msfs-spill-"))
+            .map(|e| {
+                let files = std::fs::read_dir(e.path())
+                    .expect("list spill dir")
+                    .flatten()
+                    .map(|f| f.path())
+                    .collect();
+                (e.path(), files)
+            })
+            .collect();
+        dirs.sort();
+        dirs
+    }
+}
+
+fn target(store: &Arc<TestStore>, key: &str) -> Target {
+    Target {
+        store: store.clone(),
+        backend: "test".into(),
+        key: key.into(),
+        observer: None,
+    }
+}
+
+/// Every key of `store` is the caller's.
+fn all_of(store: &Arc<TestStore>) -> impl Fn(&str) -> Option<Target> + '_ {
+    move |key| Some(target(store, key))
+}
+
+async fn version(store: &TestStore, key: &str) -> ObjectVersion {
+    let meta = store.head(key).await.expect("head").expect("exists");
+    ObjectVersion {
+        key: key.into(),
+        etag: meta.etag,
+        size: meta.size,
+    }
+}
+
+async fn read_all(engine: &WriteEngine, file: &Arc<DirtyFile>) -> Vec<u8> {
+    let size = file.meta().size;
+    engine
+        .read(file, 0..size, false)
+        .await
+        .expect("read")
+        .to_vec()
+}
+
+/// What a SIGKILL leaves: nothing committed, nothing cleaned up, the directory unlocked (the
+/// engine's handle and every file's are dropped, once no task of the engine is running).
+async fn kill(engine: WriteEngine, files: Vec<Arc<DirtyFile>>) {
+    drop(files);
+    until("no task of the engine is running", || {
+        Arc::strong_count(&engine.inner) == 1
+    })
+    .await;
+    drop(engine);
+}
+
+/// `data` written at `offset` into `model`, zero-filled past its end.
+fn model_write(model: &mut Vec<u8>, offset: usize, data: &[u8]) {
+    if model.len() < offset + data.len() {
+        model.resize(offset + data.len(), 0);
+    }
+    model[offset..offset + data.len()].copy_from_slice(data);
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Waits (bounded) until `done`.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+/// The one file's directory in this engine's spill directory.
+fn only_spill(engine: &WriteEngine) -> PathBuf {
+    let files: Vec<PathBuf> = std::fs::read_dir(engine.inner.spill_dir.path())
+        .expect("list")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+fn spill_is_empty(engine: &WriteEngine) -> bool {
+    std::fs::read_dir(engine.inner.spill_dir.path())
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true)
+}
+
+#[tokio::test]
+async fn writes_that_returned_survive_a_kill_and_are_committed_by_the_next_process() {
+    let n = node();
+    let original = pattern(1000, 1);
+    std::fs::write(n.a_root.join("old"), &original).expect("seed");
+    let first = n.engine();
+
+    // A new file: a write, a rewrite inside it (no record needed), a write past a gap.
+    let mut new_model = Vec::new();
+    let new = first.create(target(&n.a, "new")).await;
+    for (offset, data) in [
+        (0, pattern(300, 2)),
+        (100, pattern(50, 3)),
+        (500, pattern(20, 4)),
+    ] {
+        first.write(&new, offset, &data).await.expect("write");
+        model_write(&mut new_model, offset as usize, &data);
+    }
+    // An existing object: a rewrite in the middle, an extension, a truncate down and a write
+    // past the cut (the gap reads as zeros, not as the old bytes).
+    let mut old_model = original.clone();
+    let old = first.open(target(&n.a, "old"), Some(version(&n.a, "old").await));
+    first
+        .write(&old, 400, &pattern(50, 5))
+        .await
+        .expect("write");
+    model_write(&mut old_model, 400, &pattern(50, 5));
+    first
+        .write(&old, 990, &pattern(210, 6))
+        .await
+        .expect("write");
+    model_write(&mut old_model, 990, &pattern(210, 6));
+    first.truncate(&old, 700).expect("truncate");
+    old_model.truncate(700);
+    first
+        .write(&old, 800, &pattern(10, 7))
+        .await
+        .expect("write");
+    model_write(&mut old_model, 800, &pattern(10, 7));
+    let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(1_234_567_890);
+    old.set_mtime(mtime);
+    assert_eq!(read_all(&first, &old).await, old_model);
+    kill(first, vec![new, old]).await;
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 2);
+    // Before anything yields to the background commits just scheduled.
+    assert_eq!(
+        second.dirty_bytes(),
+        (300 + 20) + (50 + 10),
+        "counted against the dirty bound"
+    );
+    let old = second.find("s3:a", "old").expect("recovered");
+    let new = second.find("s3:a", "new").expect("recovered");
+    assert_eq!(
+        read_all(&second, &old).await,
+        old_model,
+        "before its commit"
+    );
+    assert_eq!(old.meta().mtime, mtime);
+    assert_eq!(read_all(&second, &new).await, new_model);
+    second.commit(&old).await.expect("commit");
+    second.commit(&new).await.expect("commit");
+    assert_eq!(n.stored("old"), Some(old_model));
+    assert_eq!(n.stored("new"), Some(new_model));
+
+    // Committed and unused: let go, and nothing left behind anywhere.
+    drop((old, new));
+    until("both files are let go", || {
+        second.find("s3:a", "old").is_none() && second.find("s3:a", "new").is_none()
+    })
+    .await;
+    until("the spill files are removed", || spill_is_empty(&second)).await;
+    assert_eq!(second.dirty_bytes(), 0);
+    let dirs = n.spill_dirs();
+    assert_eq!(dirs.len(), 1, "the dead directory is gone: {dirs:?}");
+    assert_eq!(dirs[0].0, second.inner.spill_dir.path());
+}
+
+#[tokio::test]
+async fn a_recovered_large_file_copies_its_unchanged_base_server_side() {
+    let n = node();
+    let original = pattern((24 * MIB) as usize, 9);
+    std::fs::write(n.a_root.join("big"), &original).expect("seed");
+    let first = n.engine();
+    let file = first.open(target(&n.a, "big"), Some(version(&n.a, "big").await));
+    let patch = pattern(4096, 10);
+    first.write(&file, 10 * MIB, &patch).await.expect("write");
+    kill(first, vec![file]).await;
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    let file = second.find("s3:a", "big").expect("recovered");
+    second.commit(&file).await.expect("commit");
+    let mut expected = original;
+    model_write(&mut expected, (10 * MIB) as usize, &patch);
+    assert_eq!(n.stored("big"), Some(expected));
+    // Three 8 MiB parts: the patched one uploaded, the two others copied from the base.
+    assert_eq!(n.a.calls("upload_part"), 1);
+    assert_eq!(n.a.calls("upload_part_copy"), 2);
+}
+
+#[tokio::test]
+async fn a_torn_last_record_is_ignored_and_a_second_kill_recovers_again() {
+    let n = node();
+    let first = n.engine();
+    let file = first.create(target(&n.a, "f")).await;
+    let mut model = Vec::new();
+    first
+        .write(&file, 0, &pattern(100, 1))
+        .await
+        .expect("write");
+    model_write(&mut model, 0, &pattern(100, 1));
+    // A write killed halfway through its record: its bytes are in the data file, its record
+    // cut short. It never returned, so it must not be recovered.
+    let dir = only_spill(&first);
+    let spill = file.state().spill.clone().expect("spill");
+    spill
+        .write_all_at(&pattern(50, 2), 200)
+        .expect("bytes of a write that never returned");
+    let torn = durable_tests::write_frame(200..250);
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("log"))
+        .expect("log");
+    std::io::Write::write_all(&mut log, &torn[..torn.len() - 3]).expect("torn record");
+    drop((log, spill));
+    kill(first, vec![file]).await;
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    let file = second.find("s3:a", "f").expect("recovered");
+    assert_eq!(read_all(&second, &file).await, model);
+    // Its next records follow the whole ones, so a second kill loses nothing either. Held open
+    // (as an application would), the file is not let go after its background commit.
+    second.join("s3:a", "f").expect("join");
+    second
+        .write(&file, 100, &pattern(30, 3))
+        .await
+        .expect("write");
+    model_write(&mut model, 100, &pattern(30, 3));
+    until("the background commit is done", || !file.state().background).await;
+    second
+        .write(&file, 130, &pattern(5, 4))
+        .await
+        .expect("write");
+    model_write(&mut model, 130, &pattern(5, 4));
+    kill(second, vec![file]).await;
+
+    let third = n.engine();
+    assert_eq!(third.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    let file = third.find("s3:a", "f").expect("recovered");
+    third.commit(&file).await.expect("commit");
+    assert_eq!(n.stored("f"), Some(model));
+}
+
+#[tokio::test]
+async fn files_of_a_store_not_built_yet_wait_for_it() {
+    let n = node();
+    let first = n.engine();
+    let in_a = first.create(target(&n.a, "x")).await;
+    let in_b = first.create(target(&n.b, "y")).await;
+    first.write(&in_a, 0, b"for a").await.expect("write");
+    first.write(&in_b, 0, b"for b").await.expect("write");
+    kill(first, vec![in_a, in_b]).await;
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    assert!(second.find("s3:b", "y").is_none());
+    assert_eq!(
+        n.spill_dirs().len(),
+        2,
+        "the dead directory still holds b's file"
+    );
+    // A backend that does not claim the key (another prefix over the same bucket) leaves it.
+    assert_eq!(second.recover_spills(n.b.as_ref(), |_| None).await, 0);
+    assert_eq!(n.spill_dirs().len(), 2);
+
+    assert_eq!(second.recover_spills(n.b.as_ref(), all_of(&n.b)).await, 1);
+    let y = second.find("s3:b", "y").expect("recovered");
+    second.commit(&y).await.expect("commit");
+    let meta = n.b.head("y").await.expect("head").expect("committed");
+    assert_eq!(meta.size, 5);
+    let dirs = n.spill_dirs();
+    assert_eq!(dirs.len(), 1, "the emptied dead directory goes: {dirs:?}");
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 0);
+}
+
+#[tokio::test]
+async fn a_committed_or_deleted_file_leaves_no_spill_files() {
+    let n = node();
+    let first = n.engine();
+    let file = first.create(target(&n.a, "clean")).await;
+    first.write(&file, 0, b"hello").await.expect("write");
+    first.truncate(&file, 3).expect("truncate");
+    assert!(!spill_is_empty(&first));
+    first.commit(&file).await.expect("commit");
+    // Still open, but clean: its spill goes at the commit.
+    until("the committed file's spill is removed", || {
+        spill_is_empty(&first)
+    })
+    .await;
+    assert_eq!(n.stored("clean").as_deref(), Some(&b"hel"[..]));
+
+    let gone = first.create(target(&n.a, "gone")).await;
+    first
+        .write(&gone, 0, b"never committed")
+        .await
+        .expect("write");
+    first.forget("s3:a", "gone").await;
+    until("the deleted file's spill is removed", || {
+        spill_is_empty(&first)
+    })
+    .await;
+    // Its bytes stay readable through the handle still open on it, and writable.
+    first.write(&gone, 5, b"!").await.expect("write");
+    assert_eq!(read_all(&first, &gone).await, b"never!committed");
+    assert!(spill_is_empty(&first), "nothing named for a deleted file");
+    kill(first, vec![file, gone]).await;
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 0);
+    assert_eq!(
+        n.spill_dirs().len(),
+        1,
+        "the empty dead directory was removed at exit"
+    );
+}
+
+#[tokio::test]
+async fn a_live_process_spill_directory_is_never_touched() {
+    let n = node();
+    let live = n.engine();
+    let file = live.create(target(&n.a, "mine")).await;
+    live.write(&file, 0, b"still writing").await.expect("write");
+    let dir = only_spill(&live);
+
+    let other = n.engine();
+    assert_eq!(other.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 0);
+    assert!(other.find("s3:a", "mine").is_none());
+    assert!(dir.join("data").exists() && dir.join("log").exists());
+    live.commit(&file).await.expect("commit");
+    assert_eq!(n.stored("mine").as_deref(), Some(&b"still writing"[..]));
+}
+
+#[tokio::test]
+async fn a_file_stranded_by_a_refused_commit_is_kept_for_the_next_process() {
+    let n = node();
+    let first = n.engine();
+    let file = first.create(target(&n.a, "denied")).await;
+    first.write(&file, 0, b"keep me").await.expect("write");
+    n.a.deny_writes.store(true, Ordering::SeqCst);
+    assert!(first.commit(&file).await.is_err());
+    until("the background commit gives up", || {
+        let state = file.state();
+        state.stranded && !state.background
+    })
+    .await;
+    kill(first, vec![file]).await;
+
+    n.a.deny_writes.store(false, Ordering::SeqCst);
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    let file = second.find("s3:a", "denied").expect("recovered");
+    second.commit(&file).await.expect("commit");
+    assert_eq!(n.stored("denied").as_deref(), Some(&b"keep me"[..]));
+}
+
+#[tokio::test]
+async fn a_key_being_written_again_keeps_this_process_file() {
+    let n = node();
+    let first = n.engine();
+    let file = first.create(target(&n.a, "k")).await;
+    first.write(&file, 0, b"old process").await.expect("write");
+    kill(first, vec![file]).await;
+
+    let second = n.engine();
+    let file = second.create(target(&n.a, "k")).await;
+    second.write(&file, 0, b"new").await.expect("write");
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 0);
+    second.commit(&file).await.expect("commit");
+    assert_eq!(n.stored("k").as_deref(), Some(&b"new"[..]));
+    until("the dead process's file is discarded", || {
+        spill_is_empty(&second)
+    })
+    .await;
+    assert_eq!(n.spill_dirs().len(), 1);
+}
+
+/// Access to `durable`'s record framing for the tests above.
+mod durable_tests {
+    use std::ops::Range;
+    use std::time::SystemTime;
+
+    pub fn write_frame(range: Range<u64>) -> Vec<u8> {
+        super::durable::Record::Write {
+            range,
+            mtime: SystemTime::now(),
+        }
+        .frame()
+    }
+}
+
+#[test]
+fn recovery_can_be_awaited_on_any_thread() {
+    // The call sites (a backend being opened, a CSI publish) run in tasks that move between
+    // threads, with a closure borrowing the backend's settings.
+    fn send<T: Send>(_: T) {}
+    let n = node();
+    let engine = n.engine();
+    let prefix = String::from("volume/");
+    send(engine.recover_spills(n.a.as_ref(), |key| {
+        key.strip_prefix(prefix.as_str()).map(|_| target(&n.a, key))
+    }));
+}

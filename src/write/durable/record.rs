@@ -311,16 +311,12 @@ fn records(log: &[u8]) -> (Vec<Record>, u64) {
     (records, at as u64)
 }
 
-/// A file's state as its log tells it.
+/// A file's state as its log tells it: its header as changed by the records after it, and
+/// what they dirtied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(in crate::write) struct Replayed {
-    pub store: String,
-    pub backend: String,
-    pub key: String,
-    pub base: Option<ObjectVersion>,
-    pub base_len: u64,
-    pub size: u64,
-    pub mtime: SystemTime,
+    /// What the file is now (the header's fields, brought up to date).
+    pub now: Header,
     pub dirty: Extents,
     /// A write or truncate was recorded since the header or the last commit that left the
     /// file clean: there is something to commit.
@@ -350,14 +346,9 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
         None if is_foreign_header(log) => return Parsed::Foreign,
         None => return Parsed::Torn,
     };
+    let base_len = header.base_len.min(header.size);
     let mut file = Replayed {
-        store: header.store,
-        backend: header.backend,
-        key: header.key,
-        base: header.base,
-        base_len: header.base_len.min(header.size),
-        size: header.size,
-        mtime: header.mtime,
+        now: Header { base_len, ..header },
         dirty: Extents::new(),
         changed: false,
         valid_len,
@@ -367,26 +358,26 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
             // Only the first record is a header; another is corruption, and ends the log.
             Record::Header(_) => break,
             Record::Write { range, mtime } => {
-                file.size = file.size.max(range.end);
+                file.now.size = file.now.size.max(range.end);
                 file.dirty.insert(range);
-                file.mtime = mtime;
+                file.now.mtime = mtime;
                 file.changed = true;
             }
             Record::Truncate { size, mtime } => {
-                file.size = size;
-                file.base_len = file.base_len.min(size);
+                file.now.size = size;
+                file.now.base_len = file.now.base_len.min(size);
                 file.dirty.truncate(size);
-                file.mtime = mtime;
+                file.now.mtime = mtime;
                 file.changed = true;
             }
-            Record::Mtime(mtime) => file.mtime = mtime,
+            Record::Mtime(mtime) => file.now.mtime = mtime,
             Record::Committed {
                 base,
                 base_len,
                 clean,
             } => {
-                file.base = Some(base);
-                file.base_len = base_len.min(file.size);
+                file.now.base = Some(base);
+                file.now.base_len = base_len.min(file.now.size);
                 if clean {
                     file.dirty = Extents::new();
                     file.changed = false;
@@ -498,9 +489,9 @@ mod tests {
             Record::Mtime(at(4)),
         ]);
         let file = replayed(&log);
-        assert_eq!((file.size, file.base_len), (64, 50));
+        assert_eq!((file.now.size, file.now.base_len), (64, 50));
         assert_eq!(file.dirty.iter().collect::<Vec<_>>(), vec![60..64]);
-        assert_eq!(file.mtime, at(4));
+        assert_eq!(file.now.mtime, at(4));
         assert!(file.changed);
         assert_eq!(file.valid_len, log.len() as u64);
     }
@@ -526,7 +517,7 @@ mod tests {
         ];
         let file = replayed(&log_of(&records));
         assert!(!file.changed && file.dirty.is_empty());
-        assert_eq!(file.base, Some(base));
+        assert_eq!(file.now.base, Some(base));
         records.push(Record::Write {
             range: 0..1,
             mtime: SystemTime::UNIX_EPOCH,
@@ -554,7 +545,7 @@ mod tests {
             let mut log = whole.clone();
             log.extend_from_slice(&torn[..cut]);
             let file = replayed(&log);
-            assert_eq!(file.size, 100, "cut at {cut}");
+            assert_eq!(file.now.size, 100, "cut at {cut}");
             assert_eq!(file.dirty.iter().collect::<Vec<_>>(), vec![0..10]);
             assert_eq!(file.valid_len, whole.len() as u64);
         }

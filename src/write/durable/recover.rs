@@ -53,15 +53,15 @@ pub(in crate::write) async fn recover(
     let mut newest: HashMap<String, (Found, Target)> = HashMap::new();
     let mut superseded = Vec::new();
     for found in found {
-        let Some(target) = target_for_key(&found.file.key) else {
+        let Some(target) = target_for_key(&found.file.now.key) else {
             continue; // another backend's over the same bucket, built later
         };
-        if target.key != found.file.key {
-            tracing::warn!(key = %found.file.key, target = %target.key,
+        if target.key != found.file.now.key {
+            tracing::warn!(key = %found.file.now.key, target = %target.key,
                 "a recovered file was claimed under another key; left for a later pass");
             continue;
         }
-        match newest.entry(found.file.key.clone()) {
+        match newest.entry(found.file.now.key.clone()) {
             Entry::Vacant(e) => {
                 e.insert((found, target));
             }
@@ -78,7 +78,7 @@ pub(in crate::write) async fn recover(
     let ours = inner.spill_dir.path().to_path_buf();
     let adopted = blocking(move || {
         for loser in superseded {
-            tracing::error!(key = %loser.file.key, path = %loser.dir.display(),
+            tracing::error!(key = %loser.file.now.key, path = %loser.dir.display(),
                 "two killed msfs processes left unsaved writes to one file; keeping the later \
                  one's and discarding these");
             remove_dir(&loser.dir);
@@ -145,9 +145,9 @@ fn scan(parent: &Path, store_id: &str) -> (Vec<Abandoned>, Vec<Found>) {
             match replay(&log) {
                 // Whatever its store: nothing in it is waiting for a commit.
                 Parsed::File(file) if !file.changed => remove_dir(&path),
-                Parsed::File(file) if file.store != store_id => {}
+                Parsed::File(file) if file.now.store != store_id => {}
                 Parsed::File(file) if !path.join(DATA).exists() => {
-                    tracing::error!(key = %file.key, path = %path.display(),
+                    tracing::error!(key = %file.now.key, path = %path.display(),
                         "the spill data of unsaved writes a killed msfs process left is gone \
                          (removed by hand?); they are lost");
                     remove_dir(&path);
@@ -206,7 +206,7 @@ fn adopt(found: Found, target: Target, ours: &Path, number: u64) -> Option<Adopt
         }),
         Err(e) => {
             // In this process's (kept) directory now: the next process tries again.
-            tracing::error!(key = %found.file.key, error = %e,
+            tracing::error!(key = %found.file.now.key, error = %e,
                 "cannot open the unsaved writes a killed msfs process left");
             None
         }
@@ -237,14 +237,14 @@ fn rebuild(inner: &Inner, adopted: Adopted) -> Option<Arc<DirtyFile>> {
         .dispose();
         return None;
     }
-    let file = Arc::new(DirtyFile::new(target, replayed.base));
+    let file = Arc::new(DirtyFile::new(target, replayed.now.base));
     let budgeted = replayed.dirty.len();
     {
         let mut state = file.state();
-        state.size = replayed.size;
-        state.base_len = replayed.base_len;
-        state.low_water = replayed.size;
-        state.mtime = replayed.mtime;
+        state.size = replayed.now.size;
+        state.base_len = replayed.now.base_len;
+        state.low_water = replayed.now.size;
+        state.mtime = replayed.now.mtime;
         state.dirty = replayed.dirty;
         state.spill = Some(Arc::new(data));
         state.log = Some(log);
@@ -257,7 +257,7 @@ fn rebuild(inner: &Inner, adopted: Adopted) -> Option<Arc<DirtyFile>> {
     inner.metrics.add_dirty_bytes(budgeted as i64);
     files.insert(id, Arc::clone(&file));
     tracing::info!(backend = %file.target.backend, key = %file.target.key,
-        size = replayed.size, dirty_bytes = budgeted,
+        size = replayed.now.size, dirty_bytes = budgeted,
         "recovered unsaved writes a killed msfs process left; committing them");
     Some(file)
 }

@@ -124,12 +124,8 @@ impl MountedSession {
             .watch_stalls(options.stall_warn, &options.name)
             .resumed(kernel);
         let ours = fuse_fd.try_clone()?;
-        let session = Session::from_initialized_fd(
-            adapter,
-            fuse_fd,
-            options.fuser_config().acl,
-            options.fuser_config(),
-        );
+        let config = options.fuser_config();
+        let session = Session::from_initialized_fd(adapter, fuse_fd, config.acl, config);
         let mounted = MountedSession::serve(session, path, ours, kernel, true)?;
         metrics.record_fuse_takeover(kernel.resend);
         if kernel.resend {

@@ -91,7 +91,9 @@ pub(super) struct MountSurvival {
 
 impl MountSurvival {
     pub fn new(survival: &Survival, mountpoint: &Path) -> MountSurvival {
-        // Not canonicalized as a whole: resolving a mount nobody serves would wait for it.
+        // Not canonicalized as a whole: resolving a mount nobody serves would wait for it. Made
+        // absolute first, so that `mnt` and `/here/mnt` name one mount (this stats nothing).
+        let mountpoint = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.into());
         let mountpoint = match (mountpoint.parent(), mountpoint.file_name()) {
             (Some(parent), Some(name)) => std::fs::canonicalize(parent)
                 .map_or_else(|_| mountpoint.to_path_buf(), |parent| parent.join(name)),

@@ -155,31 +155,24 @@ impl Restored {
 
     /// The records that rebuild this state from nothing.
     pub fn records(&self) -> Vec<Record> {
-        let mut records: Vec<Record> = self.nodes.values().cloned().map(Record::Node).collect();
-        // A node's own name may have been taken by another since (renamed over, replaced).
-        for node in self.nodes.values() {
-            let key = (node.parent, node.name.clone());
-            if self.names.get(&key) != Some(&node.ino) {
+        // A node's own name may have gone (unlinked) or been taken by another (renamed over,
+        // replaced): such nodes come first, then what unnames theirs, then the nodes that hold
+        // their names, whose records map the names again.
+        let holds = |node: &NodeRecord| {
+            self.names.get(&(node.parent, node.name.clone())) == Some(&node.ino)
+        };
+        let (holders, others): (Vec<&NodeRecord>, Vec<&NodeRecord>) =
+            self.nodes.values().partition(|node| holds(node));
+        let mut records: Vec<Record> = others.iter().map(|n| Record::Node((*n).clone())).collect();
+        for node in &others {
+            if !self.names.contains_key(&(node.parent, node.name.clone())) {
                 records.push(Record::Unnamed {
                     parent: node.parent,
                     name: node.name.clone(),
                 });
             }
         }
-        for ((parent, name), ino) in &self.names {
-            if self
-                .nodes
-                .get(ino)
-                .is_some_and(|n| (n.parent, &n.name) != (*parent, name))
-            {
-                records.push(Record::Moved {
-                    ino: *ino,
-                    parent: *parent,
-                    name: name.clone(),
-                    path: self.nodes[ino].path.clone(),
-                });
-            }
-        }
+        records.extend(holders.into_iter().map(|n| Record::Node(n.clone())));
         records.extend(self.files.values().cloned().map(Record::File));
         records.extend(
             self.dirs
@@ -486,6 +479,30 @@ mod tests {
         write_lines(&dir.path().join("log.1"), &[node(4, 1, "c")]);
         let (_state, restored) = KernelState::resume(dir.path()).expect("resume");
         assert_eq!(restored.nodes.keys().copied().collect::<Vec<_>>(), [2, 4]);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_names_taken_over_and_names_gone() {
+        let mut expected = Restored::default();
+        for record in [
+            node(2, 1, "x"),
+            // "x" replaced by a new inode while the kernel still holds the old one.
+            node(3, 1, "x"),
+            node(4, 1, "y"),
+            Record::Unnamed {
+                parent: 1,
+                name: "y".into(),
+            },
+        ] {
+            expected.apply(record);
+        }
+        let mut rebuilt = Restored::default();
+        for record in expected.records() {
+            rebuilt.apply(record);
+        }
+        assert_eq!(rebuilt, expected);
+        assert_eq!(rebuilt.names.get(&(1, "x".into())), Some(&3));
+        assert_eq!(rebuilt.names.get(&(1, "y".into())), None);
     }
 
     #[test]

@@ -50,7 +50,8 @@ enum Command {
         config: Option<PathBuf>,
         /// Where to mount. Default: $MSFS_MOUNTPOINT, else the configuration's `mountpoint`.
         mountpoint: Option<PathBuf>,
-        /// Take over the live mount at MOUNTPOINT from a daemon that died or was killed: its
+        /// Take over the live mount at MOUNTPOINT from a daemon that died or was killed, or, if
+        /// that daemon still runs, wait for it to hand over at its SIGTERM (an upgrade): its
         /// FUSE connection, kept open by the fd holder, is served again; open files, written
         /// bytes and waiting requests carry on. Fails when no connection is held there.
         #[arg(long)]
@@ -71,10 +72,12 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Serve as the Kubernetes CSI node plugin: publish msfs volumes into pods, each as its own
-    /// FUSE session in this process, all sharing one cache and write engine. On SIGTERM or
-    /// SIGINT it commits each volume's pending writes and unmounts it, but remembers what it
-    /// published, so that the next plugin process (an upgrade) brings the volumes back: at once,
-    /// or at the kubelet's next publish for volumes whose credentials come with it.
+    /// FUSE session in this process, all sharing one cache and write engine. Started while
+    /// another plugin serves the same state directory, it waits to succeed it; a SIGTERM then
+    /// hands every volume over to the waiting plugin (an upgrade). Without one, SIGTERM or
+    /// SIGINT commits each volume's pending writes and unmounts it, but remembers what it
+    /// published, so that the next plugin process brings the volumes back: at once, or at the
+    /// kubelet's next publish for volumes whose credentials come with it.
     Csi(CsiArgs),
     /// Abort multipart uploads left behind by a killed msfs (invisible in the bucket, but stored
     /// and billed until aborted). Uploads of live writers look the same: keep --older-than-hours
@@ -326,7 +329,9 @@ struct CsiArgs {
     max_volumes: usize,
     /// The socket of an `msfs fd-holder` (its own container of the plugin pod) that keeps each
     /// volume's FUSE connection: a killed or restarted plugin then takes its volumes over and
-    /// pods see no error. Without it, a restart remounts the volumes.
+    /// pods see no error. Volumes kept by other holders whose sockets are in the same
+    /// directory (a replaced plugin pod's) are moved into this one. Without it, a restart
+    /// remounts the volumes.
     #[arg(long, env = "MSFS_FD_HOLDER_SOCKET")]
     fd_holder_socket: Option<PathBuf>,
     /// Node-wide settings in the `msfs_version: 1` format (cache_*, write_*, fuse_workers,

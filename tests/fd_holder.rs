@@ -88,6 +88,7 @@ fn sigterm_while_holding_does_not_stop_the_holder() {
     let (reader, _writer) = std::io::pipe().unwrap();
     let mut client = holder.connect();
     client.keep("vol", b"{}", reader.as_fd()).unwrap();
+    assert!(!client.stopping().unwrap(), "not told to stop yet");
     let pid = libc::pid_t::try_from(holder.child.id()).unwrap();
     // SAFETY: kill(2) on the PID of our own child, which `Holder` has not reaped yet.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
@@ -98,6 +99,8 @@ fn sigterm_while_holding_does_not_stop_the_holder() {
         "SIGTERM stopped a holder holding an fd"
     );
     assert_eq!(holder.connect().list().unwrap().len(), 1);
+    // What a plugin stopping asks: is this its container alone, or the whole pod?
+    assert!(holder.connect().stopping().unwrap(), "told to stop");
     // Still connected, but holding nothing: the SIGTERM now takes effect.
     client.release("vol").unwrap();
     assert!(holder.wait_for_exit().success());

@@ -159,6 +159,11 @@ async fn a_large_flat_pseudo_directory_with_unpadded_names_lists_completely() {
 
 /// A writable RAM backend `mem` with `ram` keys, multipart uploads from 1 MiB on.
 fn ram_mount(ram: &[&str]) -> MsfsMount {
+    ram_mount_with(ram, &[])
+}
+
+/// [`ram_mount`], with more arguments for `msfs mount`.
+fn ram_mount_with(ram: &[&str], args: &[&str]) -> MsfsMount {
     let config = config_yaml_with(
         "multipart_upload_threshold_bytes: 1048576\n",
         &[backend(
@@ -168,7 +173,51 @@ fn ram_mount(ram: &[&str]) -> MsfsMount {
             ram,
         )],
     );
-    MsfsMount::start(&config, "yaml").expect("mount")
+    MsfsMount::start_with_args(&config, "yaml", args).expect("mount")
+}
+
+/// A RAM backend starts empty in every process: what a killed process wrote to its RAM backend
+/// and never committed is not recovered into the next process's (which would fill it with a
+/// file nobody wrote there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_ram_mounts_unsaved_writes_stay_out_of_the_next_ram_mount() {
+    const LIMITS: [&str; 1] = ["max_total_object_space: 12582912"];
+    let mut first = ram_mount_with(&LIMITS, &["--no-fd-holder"]);
+    let unsaved = first.path().join("mem/unsaved");
+    let mut writer = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, time\n\
+             f = open(sys.argv[1], 'wb', buffering=0)\n\
+             f.write(b'x' * (8 << 20))\n\
+             print('ready', flush=True)\n\
+             time.sleep(120)\n",
+        )
+        .arg(&unsaved)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the writer");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(writer.stdout.as_mut().expect("stdout")),
+        &mut ready,
+    )
+    .expect("the writer's ready");
+    assert_eq!(ready.trim(), "ready");
+    first.stop_with_signal(libc::SIGKILL);
+    let _ = writer.kill();
+    let _ = writer.wait();
+    drop(first);
+
+    let second = ram_mount(&LIMITS);
+    let root = second.path().join("mem");
+    assert!(
+        !root.join("unsaved").exists(),
+        "another process's file appeared"
+    );
+    // All 12 MiB are free: 8 MiB of that file would leave no room for these.
+    write_synced(&root.join("a"), &pattern(6 * MIB, 7)).expect("a fits");
+    write_synced(&root.join("b"), &pattern(6 * MIB, 8)).expect("b fits");
 }
 
 fn cp(from: &Path, to: &Path) -> std::process::Output {

@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::app::{HoldingApp, md5_hex};
+use common::fault_proxy::{Fault, FaultPlan, FaultProxy, Match, S3Op};
 use common::mount::{abort_fuse_connection, within};
 use common::{Garage, MsfsMount, config_yaml_with, pattern, s3_backend_yaml, wait_until};
 
@@ -43,6 +44,58 @@ fn name_of(i: usize) -> String {
     format!("entry-{i:05}-with-a-name-long-enough-to-fill-buffers")
 }
 
+/// Seeds what the application reads: `big` (8 MiB, returned), `small.txt` holding `small`, and
+/// `files` names under `many/`.
+async fn seed(garage: &Garage, bucket: &str, files: usize, seed: u64, small: &[u8]) -> Vec<u8> {
+    let big = pattern(8 * MIB, seed);
+    garage.put_object(bucket, "big", big.clone()).await;
+    garage.put_object(bucket, "small.txt", small.to_vec()).await;
+    for i in 0..files {
+        garage
+            .put_object(bucket, &format!("many/{}", name_of(i)), b"x".to_vec())
+            .await;
+    }
+    big
+}
+
+/// Starts the application over `root`, writing `dir`'s `before` then `after`, and waits until
+/// it holds its files.
+fn app_started(mount: &MsfsMount, root: &Path, dir: &Path) -> HoldingApp {
+    let app = HoldingApp::start(root, &dir.join("before"), &dir.join("after"));
+    within(
+        mount,
+        HANG_LIMIT,
+        "the application's first steps",
+        move || app.wait_ready(),
+    )
+}
+
+/// Lets the application finish after the restart (`across` names it) and checks that it saw
+/// no error and read `big` and the `files` names of `many/` whole.
+fn app_carried_on(mount: &MsfsMount, app: HoldingApp, big: &[u8], files: usize, across: &str) {
+    let (status, report) = within(
+        mount,
+        HANG_LIMIT,
+        "the application carrying on",
+        move || app.go_on(),
+    );
+    assert!(
+        status.success(),
+        "the application failed across the {across}"
+    );
+    let report = report.expect("the application's report");
+    assert_eq!(report.big_md5, md5_hex(big), "big read across the {across}");
+    let expected: Vec<String> = (0..files)
+        .map(name_of)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        report.names, expected,
+        "the directory listed across the {across}"
+    );
+}
+
 fn holder_socket(mount: &MsfsMount) -> PathBuf {
     mount.state_dir().join("fd-holder.sock")
 }
@@ -68,33 +121,14 @@ fn kill(mount: &mut MsfsMount) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_files_directories_and_waiting_callers_carry_on_across_a_killed_daemon() {
     let (garage, mut mount) = start("take");
-    let big = pattern(8 * MIB, 7);
-    garage.put_object("take", "big", big.clone()).await;
-    garage
-        .put_object("take", "small.txt", b"small and late\n".to_vec())
-        .await;
-    for i in 0..DIR_FILES {
-        garage
-            .put_object("take", &format!("many/{}", name_of(i)), b"x".to_vec())
-            .await;
-    }
+    let big = seed(&garage, "take", DIR_FILES, 7, b"small and late\n").await;
     let root = mount.path().join("data");
     let local = tempfile::tempdir().expect("tempdir");
     let (before, after) = (pattern(3 * MIB, 11), pattern(2 * MIB, 12));
     std::fs::write(local.path().join("before"), &before).expect("before");
     std::fs::write(local.path().join("after"), &after).expect("after");
 
-    let app = HoldingApp::start(
-        &root,
-        &local.path().join("before"),
-        &local.path().join("after"),
-    );
-    let app = within(
-        &mount,
-        HANG_LIMIT,
-        "the application's first steps",
-        move || app.wait_ready(),
-    );
+    let app = app_started(&mount, &root, local.path());
 
     kill(&mut mount);
     // Asked while nobody serves: waits for the successor instead of failing.
@@ -118,27 +152,7 @@ async fn open_files_directories_and_waiting_callers_carry_on_across_a_killed_dae
     );
     assert_eq!(late.stdout, b"small and late\n");
 
-    let (status, report) = within(
-        &mount,
-        HANG_LIMIT,
-        "the application carrying on",
-        move || app.go_on(),
-    );
-    assert!(
-        status.success(),
-        "the application failed across the takeover"
-    );
-    let report = report.expect("the application's report");
-    assert_eq!(report.big_md5, md5_hex(&big), "big read across the kill");
-    let expected: Vec<String> = (0..DIR_FILES)
-        .map(name_of)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    assert_eq!(
-        report.names, expected,
-        "the directory listed across the kill"
-    );
+    app_carried_on(&mount, app, &big, DIR_FILES, "kill");
 
     let mut expected_new = before;
     expected_new.extend_from_slice(&after);
@@ -183,7 +197,13 @@ fn file_bytes(path: &Path) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dd_killed_under_finishes_after_the_takeover_and_the_object_is_what_it_wrote() {
-    const SIZE: usize = 256 * MIB;
+    // 256 MiB by default; `MSFS_TAKEOVER_DD_MIB=2048` runs the 2 GiB (it needs about
+    // 6 GiB of memory for the comparison and a few minutes on 2 cores).
+    let size: usize = std::env::var("MSFS_TAKEOVER_DD_MIB")
+        .ok()
+        .and_then(|mib| mib.parse::<usize>().ok())
+        .unwrap_or(256)
+        * MIB;
     let (garage, mut mount) = start("ddwrite");
     let source_dir = tempfile::tempdir().expect("tempdir");
     let source = source_dir.path().join("source");
@@ -191,7 +211,7 @@ async fn dd_killed_under_finishes_after_the_takeover_and_the_object_is_what_it_w
         .create_new(true)
         .write(true)
         .open(&source)
-        .and_then(|mut f| f.write_all(&pattern(SIZE, 99)))
+        .and_then(|mut f| f.write_all(&pattern(size, 99)))
         .expect("write the source");
     let target = mount.path().join("data/dd.bin");
     let mut dd = Command::new("dd")
@@ -202,7 +222,7 @@ async fn dd_killed_under_finishes_after_the_takeover_and_the_object_is_what_it_w
         .spawn()
         .expect("spawn dd");
     let deadline = Instant::now() + HANG_LIMIT;
-    while output_position(dd.id()) < (SIZE / 4) as u64 {
+    while output_position(dd.id()) < (size / 4) as u64 {
         assert!(Instant::now() < deadline, "dd made no progress");
         assert!(dd.try_wait().expect("dd").is_none(), "dd ended early");
         std::thread::sleep(Duration::from_millis(10));
@@ -218,12 +238,174 @@ async fn dd_killed_under_finishes_after_the_takeover_and_the_object_is_what_it_w
 
     let expected = file_bytes(&source);
     wait_until("dd.bin lands", LANDING, async || {
-        garage.get_object("ddwrite", "dd.bin").await.len() == SIZE
+        garage.get_object("ddwrite", "dd.bin").await.len() == size
     })
     .await;
     assert!(
         garage.get_object("ddwrite", "dd.bin").await == expected,
         "the object differs from what dd wrote"
+    );
+    assert!(mount.stop_with_umount().success());
+}
+
+/// An upgrade: `msfs mount --takeover` started beside the running daemon waits, the running
+/// daemon's SIGTERM hands the connection over instead of unmounting, and nothing using the
+/// mount notices — not an application holding files and a directory open, not a `dd` writing
+/// through the hand-over, not a loop of `cat`s asking all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_hands_the_mount_over_and_nothing_using_it_notices() {
+    const FILES: usize = 100;
+    const DD_SIZE: usize = 64 * MIB;
+    let (garage, mut mount) = start("upgrade");
+    let big = seed(&garage, "upgrade", FILES, 21, b"asked all along\n").await;
+    let root = mount.path().join("data");
+    let local = tempfile::tempdir().expect("tempdir");
+    let (before, after) = (pattern(MIB, 22), pattern(MIB, 23));
+    std::fs::write(local.path().join("before"), &before).expect("before");
+    std::fs::write(local.path().join("after"), &after).expect("after");
+    let source = local.path().join("dd-source");
+    std::fs::write(&source, pattern(DD_SIZE, 24)).expect("dd source");
+
+    // A plain mount over a served mountpoint is refused, touching nothing.
+    let refused = Command::new(env!("CARGO_BIN_EXE_msfs"))
+        .arg("mount")
+        .arg(mount.config_path())
+        .arg(mount.path())
+        .arg("--state-dir")
+        .arg(mount.state_dir())
+        .output()
+        .expect("run a second msfs mount");
+    let refusal = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a second plain mount is refused");
+    assert!(
+        refusal.contains("is served by a running msfs") && refusal.contains("--takeover"),
+        "{refusal}"
+    );
+
+    let app = app_started(&mount, &root, local.path());
+    let mut dd = Command::new("dd")
+        .arg(format!("if={}", source.display()))
+        .arg(format!("of={}", root.join("dd.bin").display()))
+        .args(["bs=64k", "status=none"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn dd");
+    let cats = Command::new("bash")
+        .arg("-c")
+        .arg("for i in $(seq 400); do cat \"$1\" > /dev/null || exit 1; done")
+        .arg("cats")
+        .arg(root.join("small.txt"))
+        .spawn()
+        .expect("spawn the cat loop");
+    let deadline = Instant::now() + HANG_LIMIT;
+    while output_position(dd.id()) < (DD_SIZE / 8) as u64 {
+        assert!(Instant::now() < deadline, "dd made no progress");
+        assert!(dd.try_wait().expect("dd").is_none(), "dd ended early");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let (old_status, old_log) = match mount.upgrade() {
+        Ok(done) => done,
+        Err(e) => panic!("upgrade: {e}\n{}", abort_fuse_connection(mount.path())),
+    };
+    assert!(
+        old_status.success(),
+        "the old daemon exits cleanly: {old_log}"
+    );
+    assert!(old_log.contains("handed the mount over"), "{old_log}");
+    assert!(!old_log.contains("unmounting"), "{old_log}");
+
+    let mut cats = cats;
+    let cats = within(&mount, HANG_LIMIT, "the cat loop", move || cats.wait());
+    assert!(
+        cats.expect("cats").success(),
+        "a cat failed across the upgrade"
+    );
+    let dd = within(&mount, HANG_LIMIT, "dd writing on", move || dd.wait());
+    assert!(dd.expect("dd").success(), "dd fails across the upgrade");
+    app_carried_on(&mount, app, &big, FILES, "upgrade");
+
+    let mut expected_new = before;
+    expected_new.extend_from_slice(&after);
+    let expected_dd = file_bytes(&source);
+    wait_until("new.bin and dd.bin land whole", LANDING, async || {
+        garage.get_object("upgrade", "new.bin").await == expected_new
+            && garage.get_object("upgrade", "dd.bin").await == expected_dd
+    })
+    .await;
+    assert!(mount.stop_with_umount().success());
+}
+
+/// A rename and an unlink the killed daemon carried out but never answered (the store's answer
+/// to their DeleteObject held back by a proxy until after the kill): the kernel resends them to
+/// the successor, which finds them done and answers success, not ENOENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_and_an_unlink_that_landed_before_the_kill_succeed_when_resent() {
+    let garage = Garage::start();
+    garage.create_bucket("replay");
+    garage
+        .put_object("replay", "a/from.txt", b"renamed once\n".to_vec())
+        .await;
+    garage
+        .put_object("replay", "b/gone.txt", b"unlinked once\n".to_vec())
+        .await;
+    let proxy = FaultProxy::in_front_of(&garage);
+    let backend = format!(
+        "{}    readonly: false\n",
+        proxy.s3_backend_yaml("data", "replay", "", &garage)
+    );
+    let mut mount = MsfsMount::start(&config_yaml_with("", &[backend]), "yaml").expect("mount");
+    let root = mount.path().join("data");
+    proxy.set(
+        FaultPlan::always(Fault::StallAnswer { duration: None })
+            .only(Match::any().op(S3Op::DeleteObject)),
+    );
+    let mv = Command::new("mv")
+        .arg(root.join("a/from.txt"))
+        .arg(root.join("a/to.txt"))
+        .spawn()
+        .expect("spawn mv");
+    let rm = Command::new("rm")
+        .arg(root.join("b/gone.txt"))
+        .spawn()
+        .expect("spawn rm");
+    // Both deletes reached the store: the rename's (after its copy) and the unlink's (in
+    // another directory: namespace changes in one directory are serialized).
+    wait_until("both DeleteObjects are held", HANG_LIMIT, async || {
+        proxy.stats().stalled_answers == 2
+    })
+    .await;
+    kill(&mut mount);
+    proxy.pass_through();
+    take_over(&mut mount);
+
+    let (mut mv, mut rm) = (mv, rm);
+    let moved = within(&mount, HANG_LIMIT, "mv", move || mv.wait()).expect("mv");
+    let removed = within(&mount, HANG_LIMIT, "rm", move || rm.wait()).expect("rm");
+    assert!(
+        moved.success(),
+        "the resent rename failed:\n{}",
+        mount.stdout_text()
+    );
+    assert!(
+        removed.success(),
+        "the resent unlink failed:\n{}",
+        mount.stdout_text()
+    );
+    // The rename's source is gone: only the replay rule can answer it. The unlink finds its
+    // name in the state the previous server journalled and deletes again (S3 deletes are
+    // idempotent), so either way it succeeds.
+    assert!(
+        mount
+            .stdout_text()
+            .contains("carried out by the previous server; answered as done op=\"rename\""),
+        "{}",
+        mount.stdout_text()
+    );
+    assert_eq!(garage.list_keys("replay", "").await, ["a/to.txt"]);
+    assert_eq!(
+        std::fs::read(root.join("a/to.txt")).expect("read to.txt"),
+        b"renamed once\n"
     );
     assert!(mount.stop_with_umount().success());
 }

@@ -505,35 +505,3 @@ async fn appends_and_exclusive_creates_behave_as_on_a_local_filesystem() {
     eventually_stored(&garage, "append", "log", b"one\ntwo\nthree\n").await;
     eventually_stored(&garage, "append", "fresh", b"").await;
 }
-
-/// A shell redirect closes a dup'd descriptor before writing (issue #21): that close must not
-/// commit an empty object that the last close replaces. Exactly one PutObject per file.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shell_redirect_costs_one_put_per_file() {
-    let garage = Garage::start();
-    garage.create_bucket("redirect");
-    let m = mount(&garage, "redirect", "");
-    let puts = garage.s3_requests("PutObject");
-    let dir = m.path().join("data");
-    let status = std::process::Command::new("bash")
-        .arg("-c")
-        .arg("for i in $(seq 40); do echo \"file $i\" > \"$0/s$i\"; done")
-        .arg(&dir)
-        .status()
-        .expect("bash");
-    assert!(status.success());
-    for i in 1..=40 {
-        eventually_stored(
-            &garage,
-            "redirect",
-            &format!("s{i}"),
-            format!("file {i}\n").as_bytes(),
-        )
-        .await;
-    }
-    assert_eq!(
-        garage.s3_requests("PutObject") - puts,
-        40,
-        "one PUT per file"
-    );
-}

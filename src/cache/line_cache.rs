@@ -314,7 +314,12 @@ impl LineCache {
         bump(&counters.evictions, evicted.len() as u64);
         shared.release(evicted);
         // Fetches start before anyone waits on them; demanded lines were pushed first, each a
-        // run of its own, then read-ahead in order, consecutive lines grouped into runs.
+        // run of its own, then read-ahead in order, consecutive lines grouped into runs. The
+        // read-ahead goes out once the first demanded line has begun to arrive (`start_after`).
+        let demanded = fetches
+            .iter()
+            .find(|fetch| fetch.4.is_none())
+            .map(|fetch| fetch.2.subscribe());
         let mut run: Vec<RunLine> = Vec::new();
         let mut permits = Vec::new();
         for (slot, placement, tx, range, permit) in fetches {
@@ -324,12 +329,14 @@ impl LineCache {
                 && run.last().is_some_and(|l| l.range.end == range.start);
             if !joins && !run.is_empty() {
                 let run = std::mem::take(&mut run);
+                let after = (!permits.is_empty()).then(|| demanded.clone()).flatten();
                 spawn_fetch(
                     Arc::clone(store),
                     &object.key,
                     &object.etag,
                     run,
                     std::mem::take(&mut permits),
+                    after,
                 );
             }
             let fill = Fill::new(shared, slot, placement, tx, &object.key);
@@ -337,7 +344,15 @@ impl LineCache {
             permits.extend(permit);
         }
         if !run.is_empty() {
-            spawn_fetch(Arc::clone(store), &object.key, &object.etag, run, permits);
+            let after = (!permits.is_empty()).then_some(demanded).flatten();
+            spawn_fetch(
+                Arc::clone(store),
+                &object.key,
+                &object.etag,
+                run,
+                permits,
+                after,
+            );
         }
         planned
             .into_iter()

@@ -772,3 +772,47 @@ fn impossible_geometry_is_refused() {
         "a failed setup leaves no directory behind"
     );
 }
+
+/// Read-ahead started by a read that also missed goes out once the demanded line's first bytes
+/// are in: until then the demanded GET is the only one (so the server answers it first). On
+/// one runtime thread, every task that could have sent a GET has run by the time the test looks.
+#[tokio::test(flavor = "current_thread")]
+async fn read_ahead_waits_for_the_first_bytes_of_the_line_a_reader_waits_on() {
+    let f = Arc::new(Fixture::new(CacheStorage::MappedFile, 64, 16));
+    let object = f.object("first", 40 * LINE, 3).await;
+    f.test_store.hold("first");
+    let reader = {
+        let (f, object) = (Arc::clone(&f), object.clone());
+        tokio::spawn(async move { f.read_sequential(&object, 0..LINE).await })
+    };
+    f.test_store.until_arrived(1).await;
+    for _ in 0..64 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(f.test_store.gets(), [("first".to_string(), 0..LINE)]);
+    assert_eq!(f.cache.stats().prefetches, 16, "read-ahead is planned");
+    f.test_store.open_gate();
+    let got = reader.await.expect("reader");
+    assert!(got[..] == patterned(3, LINE)[..]);
+    // The demanded line, then the window in runs of a quarter of it.
+    until(|| f.test_store.gets_of("first") == 5).await;
+    f.check(&object, 0..17 * LINE, 3).await;
+    assert_eq!(f.test_store.gets_of("first"), 5, "all from the cache");
+}
+
+/// A demanded fetch that fails does not hold read-ahead back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_ahead_goes_out_when_the_demanded_line_fails() {
+    let f = Fixture::new(CacheStorage::MappedFile, 64, 16);
+    let object = f.object("failing", 40 * LINE, 4).await;
+    f.test_store.fail_next("failing", 1);
+    let read = f.cache.read(&f.store, &object, 0..LINE, true).await;
+    assert!(read.is_err(), "the injected failure reaches the reader");
+    until(|| f.test_store.gets_of("failing") == 5).await;
+    f.check(&object, LINE..17 * LINE, 4).await;
+    assert_eq!(
+        f.test_store.gets_of("failing"),
+        5,
+        "read ahead, then served"
+    );
+}

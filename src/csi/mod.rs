@@ -37,6 +37,7 @@ pub use error::CsiError;
 pub use identity::check_driver_name;
 
 use crate::config::Config;
+use crate::daemon::succession::{self, Serving};
 use crate::engines::Engines;
 use crate::telemetry::serve_metrics;
 use volumes::{NodeSettings, Volumes};
@@ -145,13 +146,22 @@ fn remove_private_dir(dir: &Path) {
 }
 
 /// Runs the plugin until SIGTERM or SIGINT; then commits and unmounts every volume it serves,
-/// remembering them for the next run.
+/// remembering them for the next run — unless another plugin waits to succeed this one (an
+/// upgrade: the new pod starts beside the old), to which a SIGTERM hands every volume over, or
+/// the SIGTERM restarts this container alone (see [`container_alone_stops`]).
+///
+/// A plugin started while another serves the same state directory waits to succeed it,
+/// touching nothing (uploads, spills, the socket, the volumes) until that one is gone.
 pub fn run(options: CsiOptions) -> Result<(), String> {
     check_driver_name(&options.driver_name)?;
     if options.node_id.is_empty() {
         return Err("--node-id must not be empty".into());
     }
     let socket = socket_path(&options.endpoint)?;
+    let plugin_lock = options.state_dir.join("plugin");
+    let (serving, _) = Serving::take(&plugin_lock, true, "the CSI plugin of this state directory")
+        .map_err(|e| format!("cannot take the plugin's lock: {e}"))?
+        .ok_or("the plugin's lock was not taken")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("msfs-csi")
@@ -170,6 +180,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
     let staging_dir = options.state_dir.join("staging");
     std::fs::create_dir_all(&staging_dir)
         .map_err(|e| format!("cannot create {}: {e}", staging_dir.display()))?;
+    // This plugin's own holder's volumes, and a replaced plugin pod's holder's.
     let held = options
         .fd_holder_socket
         .as_deref()
@@ -189,7 +200,53 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
         },
         state,
     ));
-    runtime.block_on(serve(options, socket, engines, volumes, held))
+    let stopped = runtime.block_on(serve(options, socket, engines, volumes.clone(), held))?;
+    if stopped == Stopped::HandedOver {
+        // The successor starts once this process is gone (see `succession`).
+        serving.keep_until_exit();
+        runtime.shutdown_background();
+    }
+    Ok(())
+}
+
+/// How long a stopping plugin watches its fd holder for a SIGTERM of its own: the kubelet
+/// signals a pod's containers at about the same moment when it deletes the pod.
+const POD_STOP_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a SIGTERM stops this plugin's container alone — the kubelet restarting it, after
+/// failed liveness probes for instance — rather than its pod: the fd holder, a container of the
+/// same pod, is then not told to stop. A restart must not unmount the pods' volumes any more
+/// than a crash does; a pod going away (a drain, an uninstall) unmounts them as before. No
+/// holder, or one that does not answer: the pod is taken as going away.
+async fn container_alone_stops(holder: Option<&Path>) -> bool {
+    let Some(holder) = holder else {
+        return false;
+    };
+    let deadline = tokio::time::Instant::now() + POD_STOP_WINDOW;
+    loop {
+        let socket = holder.to_path_buf();
+        let stopping = tokio::task::spawn_blocking(move || {
+            crate::holder::HolderClient::connect(&socket).and_then(|mut c| c.stopping())
+        })
+        .await;
+        if !matches!(stopping, Ok(Ok(false))) {
+            return false;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return true;
+        }
+        tokio::time::sleep(POD_STOP_WINDOW / 10).await;
+    }
+}
+
+/// How the plugin stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum Stopped {
+    /// Every volume committed and unmounted.
+    Unmounted,
+    /// Every volume's connection left mounted: to the plugin waiting to succeed this one, or to
+    /// the fd holder for the plugin restarted in this container.
+    HandedOver,
 }
 
 /// Detaches and removes what a previous run of the plugin left in the staging directory (its
@@ -227,7 +284,7 @@ async fn serve(
     engines: Engines,
     volumes: Arc<Volumes>,
     held: Vec<takeover::HeldVolume>,
-) -> Result<(), String> {
+) -> Result<Stopped, String> {
     let _metrics_server = match &options.metrics_address {
         Some(address) => Some(serve_metrics(address, engines.metrics.clone()).await?),
         None => None,
@@ -258,10 +315,17 @@ async fn serve(
     ) else {
         return Err("cannot install signal handlers".into());
     };
-    let stop = async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    let sigterm = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = {
+        let sigterm = sigterm.clone();
+        async move {
+            tokio::select! {
+                _ = term.recv() => {
+                    sigterm.store(true, std::sync::atomic::Ordering::SeqCst);
+                    tracing::info!("SIGTERM: stopping");
+                }
+                _ = int.recv() => tracing::info!("SIGINT: stopping"),
+            }
         }
     };
     tracing::info!(socket = %socket.display(), driver = %options.driver_name,
@@ -275,9 +339,35 @@ async fn serve(
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
         .await;
     restoring.abort();
-    volumes.shut_down().await;
+    let stopped = if succession::successor_waiting(&options.state_dir.join("plugin")) {
+        volumes
+            .hand_over(
+                succession::HAND_OFF_WITHIN,
+                "the plugin succeeding this one",
+            )
+            .await;
+        Stopped::HandedOver
+    } else if sigterm.load(std::sync::atomic::Ordering::SeqCst)
+        && container_alone_stops(options.fd_holder_socket.as_deref()).await
+    {
+        tracing::info!(
+            "SIGTERM for this container alone (its pod's fd holder was not told to stop): \
+             every volume stays mounted for the restarted plugin"
+        );
+        volumes
+            .hand_over(
+                succession::HAND_OFF_WITHIN,
+                "the fd holder, for the restarted plugin",
+            )
+            .await;
+        Stopped::HandedOver
+    } else {
+        volumes.shut_down().await;
+        Stopped::Unmounted
+    };
     let _ = std::fs::remove_file(&socket);
-    served.map_err(|e| format!("gRPC server: {e}"))
+    served.map_err(|e| format!("gRPC server: {e}"))?;
+    Ok(stopped)
 }
 
 #[cfg(test)]

@@ -35,8 +35,10 @@ struct HeldMeta {
     staging: Option<PathBuf>,
 }
 
-/// A volume connection found in the holder at start.
+/// A volume connection found in a holder at start.
 pub struct HeldVolume {
+    /// The socket of the holder keeping it: this plugin's, or a replaced plugin pod's.
+    pub holder: PathBuf,
     pub record: PublishRecord,
     pub secrets: HashMap<String, String>,
     pub tokens: Option<String>,
@@ -55,9 +57,50 @@ impl std::fmt::Debug for HeldVolume {
     }
 }
 
+/// The volume connections kept by the holder at `own` (this plugin's) and by any other holder
+/// whose socket is in the same directory: in an upgrade the new plugin pod runs beside the old
+/// one, each with its own holder (`fd-holder/POD.sock`), and the new plugin moves the old
+/// pod's connections into its own holder (`Volumes::take_over`) so that they outlive the old
+/// pod. A connection two holders keep (a move cut short) is served once, from `own`'s entry.
+pub fn held_volumes(own: &Path) -> Vec<HeldVolume> {
+    let mut held = from_holder(own);
+    for socket in other_holders(own) {
+        for volume in from_holder(&socket) {
+            if held
+                .iter()
+                .any(|h| h.record.target_path == volume.record.target_path)
+            {
+                // Already kept by `own`: the other holder lets its duplicate go.
+                release(&socket, Path::new(&volume.record.target_path));
+            } else {
+                held.push(volume);
+            }
+        }
+    }
+    held
+}
+
+/// The sockets beside `own` that a live holder answers on.
+fn other_holders(own: &Path) -> Vec<PathBuf> {
+    let Some(dir) = own.parent() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut sockets: Vec<PathBuf> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path != own && path.extension().is_some_and(|e| e == "sock"))
+        .filter(|path| std::os::unix::net::UnixStream::connect(path).is_ok())
+        .collect();
+    sockets.sort();
+    sockets
+}
+
 /// The volume connections the holder at `socket` keeps. A holder that does not answer holds
 /// nothing this plugin can serve: logged, and the volumes are remounted as without one.
-pub fn held_volumes(socket: &Path) -> Vec<HeldVolume> {
+fn from_holder(socket: &Path) -> Vec<HeldVolume> {
     let entries = match HolderClient::connect(socket).and_then(|mut c| c.list()) {
         Ok(entries) => entries,
         Err(e) => {
@@ -83,6 +126,7 @@ pub fn held_volumes(socket: &Path) -> Vec<HeldVolume> {
                 return None;
             }
             Some(HeldVolume {
+                holder: socket.to_path_buf(),
                 record: meta.record,
                 secrets: meta.secrets,
                 tokens: meta.tokens,

@@ -218,23 +218,37 @@ impl Volumes {
     /// volume that cannot be served is unmounted, so that its pods fail instead of waiting
     /// forever, and the kubelet's next call decides.
     pub async fn take_over(&self, held: Vec<HeldVolume>, pods_dir: &Path) {
-        for volume in held {
-            let target = PathBuf::from(&volume.record.target_path);
-            let staging = volume.staging.clone();
-            let volume_id = volume.record.volume_id.clone();
-            match self.take_over_one(volume, pods_dir).await {
-                Ok(()) => tracing::info!(volume_id, target = %target.display(),
-                    "took over a volume's live connection"),
-                Err(e) => {
-                    tracing::error!(volume_id, target = %target.display(), error = %e,
-                        "cannot serve a volume whose connection was kept; unmounting it");
-                    for path in [Some(target.clone()), staging].into_iter().flatten() {
-                        let _ = mountpoint::detach(&path);
-                    }
-                    if let Some(socket) = &self.settings.fd_holder {
-                        takeover::release(socket, &target);
-                    }
+        // All at once: every volume's pods wait until theirs is served.
+        let each = held
+            .into_iter()
+            .map(|volume| self.take_over_or_end(volume, pods_dir));
+        futures::future::join_all(each).await;
+    }
+
+    /// Serves one held volume again, or (if that fails) ends its connection.
+    async fn take_over_or_end(&self, volume: HeldVolume, pods_dir: &Path) {
+        let target = PathBuf::from(&volume.record.target_path);
+        let staging = volume.staging.clone();
+        let volume_id = volume.record.volume_id.clone();
+        let holder = volume.holder.clone();
+        let own = self.settings.fd_holder.as_ref() == Some(&holder);
+        match self.take_over_one(volume, pods_dir).await {
+            Ok(()) => {
+                tracing::info!(volume_id, target = %target.display(),
+                    "took over a volume's live connection");
+                // Now kept by this plugin's holder (`mount` handed it over): the replaced
+                // pod's holder lets go, and exits once it keeps nothing.
+                if !own {
+                    takeover::release(&holder, &target);
                 }
+            }
+            Err(e) => {
+                tracing::error!(volume_id, target = %target.display(), error = %e,
+                    "cannot serve a volume whose connection was kept; unmounting it");
+                for path in [Some(target.clone()), staging].into_iter().flatten() {
+                    let _ = mountpoint::detach(&path);
+                }
+                takeover::release(&holder, &target);
             }
         }
     }
@@ -673,6 +687,24 @@ impl Volumes {
     /// their volumes, and the next plugin remounts them (`restore`, or the kubelet's
     /// republish). A volume whose writes cannot land is unmounted anyway, its loss logged:
     /// the process is going away and cannot keep them.
+    /// The plugin stops for a successor (`to`): every volume stops being served at once, and
+    /// its connection stays mounted and held for the successor, which takes it over. Waits at most
+    /// `within` for the requests being answered (see `MountedSession::hand_off`).
+    pub async fn hand_over(&self, within: Duration, to: &'static str) {
+        let published = std::mem::take(&mut *lock(&self.published));
+        for volume in published.values() {
+            volume.session.begin_hand_off();
+        }
+        let waits = published.iter().map(|(target, volume)| async move {
+            let unanswered = volume.session.answered_within(within).await;
+            tracing::info!(volume_id = %volume.volume_id, target = %target.display(),
+                unanswered, to, "handed the volume over");
+        });
+        futures::future::join_all(waits).await;
+        // Not dropped: nothing of the sessions may end or unmount before the process does.
+        std::mem::forget(published);
+    }
+
     pub async fn shut_down(&self) {
         let targets: Vec<(String, PathBuf)> = lock(&self.published)
             .iter()

@@ -11,6 +11,7 @@ pub mod mountpoint;
 mod read_ahead;
 pub mod reload;
 pub mod session;
+pub mod succession;
 mod survival;
 
 use std::path::{Path, PathBuf};
@@ -63,6 +64,9 @@ pub enum DaemonError {
 /// serves until unmounted or signalled.
 pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<(), DaemonError> {
     let survival = MountSurvival::new(&survival, &mountpoint);
+    // First of all: a successor touches nothing (uploads, spills, the mount) until the process
+    // serving now has handed over.
+    let serving = survival.serve()?;
     // Before anything touches the mountpoint: a held connection nobody serves makes every
     // access to it wait.
     let held = survival.held()?;
@@ -152,6 +156,18 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
     );
 
     let stop = runtime.block_on(wait_for_stop(signals, done_rx, &mut reloader));
+    if stop == Some("SIGTERM") && survival.successor_waiting() {
+        let unanswered = runtime.block_on(session.hand_off(succession::HAND_OFF_WITHIN));
+        tracing::info!(mountpoint = %mountpoint.display(), unanswered,
+            "handed the mount over to the msfs waiting to succeed this one");
+        // The successor starts once this process is gone (see `succession`); what is still
+        // being committed, it commits again from the spill files.
+        if let Some(serving) = serving {
+            serving.keep_until_exit();
+        }
+        runtime.shutdown_background();
+        return Ok(());
+    }
     if let Some(signal) = stop {
         tracing::info!(signal, "unmounting");
         session.unmount().map_err(|source| DaemonError::Mount {
@@ -198,8 +214,10 @@ pub(crate) async fn open_backend_settings(
 ) -> Result<BackendSettings, DaemonError> {
     let store = open_store_checked(config, &engines.metrics).await?;
     // Uploads left by a killed process are aborted through writable backends only: read-only
-    // credentials usually may not abort, and would warn at every mount.
-    if !config.readonly {
+    // credentials usually may not abort, and would warn at every mount. A store that starts
+    // empty in each process (RAM) has nothing of a killed process's.
+    let recovers = !config.readonly && store.outlives_process();
+    if recovers {
         engines.writes.recover_uploads(store.clone());
     }
     let manifest = bootstrap::manifest_for(
@@ -213,7 +231,7 @@ pub(crate) async fn open_backend_settings(
     let settings = BackendSettings::new(config, store, manifest);
     // Files a killed process wrote and never committed: committed now (after the manifest is
     // known, so that the commit reaches its delta log), and found by the opens of a takeover.
-    if !config.readonly {
+    if recovers {
         engines
             .writes
             .recover_spills(settings.store.as_ref(), |key| {

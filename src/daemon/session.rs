@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use fuser::{HandOff, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::{mountpoint, read_ahead};
 use crate::fs::Fs;
-use crate::fuse::{FuseAdapter, KernelInit};
+use crate::fuse::{FuseAdapter, KernelInit, Unanswered};
 
 /// How a session is mounted.
 #[derive(Debug, Clone)]
@@ -82,7 +82,14 @@ pub struct MountedSession {
     kernel: KernelInit,
     /// Taken over from another process: fuser did not mount it, so unmounting is ours.
     resumed: bool,
+    /// Stops the workers dispatching, for a hand-off to a successor.
+    handoff: HandOff,
+    /// Requests the adapter handed to the runtime and has not answered yet.
+    unanswered: Unanswered,
 }
+
+/// How often a hand-off looks whether the requests being answered are done.
+const HAND_OFF_POLL: Duration = Duration::from_millis(5);
 
 impl MountedSession {
     /// Mounts `fs` at `path` and starts serving it. Blocks for the kernel's handshake, so call it
@@ -96,12 +103,13 @@ impl MountedSession {
         let adapter = FuseAdapter::new(fs, runtime, options.max_write)
             .watch_stalls(options.stall_warn, &options.name);
         let kernel = adapter.kernel_init();
+        let unanswered = adapter.unanswered();
         let session = Session::new(adapter, path, &options.fuser_config())?;
         let kernel = *kernel
             .get()
             .ok_or_else(|| io::Error::other("the FUSE handshake ended without an INIT"))?;
         let fuse_fd = session.as_fd().try_clone_to_owned()?;
-        let mounted = MountedSession::serve(session, path, fuse_fd, kernel, false)?;
+        let mounted = MountedSession::serve(session, path, fuse_fd, kernel, unanswered, false)?;
         read_ahead::raise_in_background(path, read_ahead::READ_AHEAD_KIB);
         Ok(mounted)
     }
@@ -123,10 +131,11 @@ impl MountedSession {
         let adapter = FuseAdapter::new(fs, runtime, kernel.max_write)
             .watch_stalls(options.stall_warn, &options.name)
             .resumed(kernel);
+        let unanswered = adapter.unanswered();
         let ours = fuse_fd.try_clone()?;
         let config = options.fuser_config();
         let session = Session::from_initialized_fd(adapter, fuse_fd, config.acl, config);
-        let mounted = MountedSession::serve(session, path, ours, kernel, true)?;
+        let mounted = MountedSession::serve(session, path, ours, kernel, unanswered, true)?;
         metrics.record_fuse_takeover(kernel.resend);
         if kernel.resend {
             crate::fuse::request_resend(mounted.fuse_fd.as_fd())?;
@@ -143,9 +152,11 @@ impl MountedSession {
         path: &Path,
         fuse_fd: OwnedFd,
         kernel: KernelInit,
+        unanswered: Unanswered,
         resumed: bool,
     ) -> io::Result<MountedSession> {
         let unmounter = session.unmount_callable();
+        let handoff = session.hand_off();
         let notifier = session.notifier();
         let (done_tx, done_rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -164,7 +175,45 @@ impl MountedSession {
             fuse_fd,
             kernel,
             resumed,
+            handoff,
+            unanswered,
         })
+    }
+
+    /// Stops serving, for a successor to take the connection over; the mount stays. From now
+    /// on no request is dispatched: what the workers read is left unanswered for the successor,
+    /// whose `FUSE_NOTIFY_RESEND` has the kernel queue it again. Waits, at most `within`, for
+    /// the requests already being answered, and returns how many were still unanswered then
+    /// (0: a clean hand-off; others are resent too, and may run twice). The process must then
+    /// exit without unmounting, and before the successor starts reading: its workers still
+    /// read, and what they take after that is lost.
+    pub async fn hand_off(&self, within: Duration) -> usize {
+        self.begin_hand_off();
+        self.answered_within(within).await
+    }
+
+    /// The first half of [`MountedSession::hand_off`]: stops dispatching, waits for nothing
+    /// (so that several sessions stop at once).
+    pub fn begin_hand_off(&self) {
+        if !self.kernel.resend {
+            tracing::warn!(path = %self.path.display(),
+                "this kernel cannot resend requests (no FUSE_HAS_RESEND): any read during the \
+                 hand-off stays unanswered");
+        }
+        self.handoff.begin();
+    }
+
+    /// The second half of [`MountedSession::hand_off`].
+    pub async fn answered_within(&self, within: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Workers first: a dispatch in progress may still hand a request to the runtime.
+            let left = self.handoff.dispatching() + self.unanswered.count();
+            if left == 0 || tokio::time::Instant::now() >= deadline {
+                return left;
+            }
+            tokio::time::sleep(HAND_OFF_POLL).await;
+        }
     }
 
     /// The connection's `/dev/fuse` descriptor (for an fd holder to keep a duplicate of).

@@ -5,7 +5,10 @@
 //! While no daemon serves, the kernel queues the mount's requests and their callers wait; the
 //! successor answers them (requests the dead daemon had read are resent where the kernel can,
 //! see `session::MountedSession::resume`). A clean stop (unmount, SIGTERM) releases the
-//! descriptor, and the holder exits once it keeps nothing.
+//! descriptor, and the holder exits once it keeps nothing — unless a successor waits: an
+//! upgrade starts `msfs mount --takeover` beside the running daemon, which waits
+//! (`succession`); the running daemon's SIGTERM then hands the connection over instead of
+//! unmounting, and the programs using the mount notice nothing.
 //!
 //! Limits: the INIT options of the first daemon stay (its `max_write`, its mount options); a
 //! SIGKILL of the holder itself while no daemon serves ends the connection (`ENOTCONN`, as
@@ -19,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DaemonError;
 use super::session::MountedSession;
+use super::succession::{self, Serving};
 use crate::fs::{KernelState, Restored};
 use crate::fuse::KernelInit;
 use crate::holder::{self, HolderClient};
@@ -115,6 +119,32 @@ impl MountSurvival {
             name,
             journal_dir,
         }
+    }
+
+    /// The right to serve this mountpoint: at once, or (with `--takeover`, while another daemon
+    /// serves it) once that daemon has handed over at its SIGTERM, or died. `None` without a
+    /// holder: nothing could succeed this daemon.
+    pub fn serve(&self) -> Result<Option<Serving>, DaemonError> {
+        if !self.survival.fd_holder {
+            return Ok(None);
+        }
+        let what = self.mountpoint.display().to_string();
+        match Serving::take(&self.journal_dir, self.survival.takeover, &what) {
+            Ok(Some((serving, _))) => Ok(Some(serving)),
+            Ok(None) => Err(DaemonError::Mountpoint(format!(
+                "{what} is served by a running msfs: replace it with `msfs mount --takeover` \
+                 (which waits for that msfs to hand over at its SIGTERM), or unmount it first"
+            ))),
+            Err(source) => Err(DaemonError::Mount {
+                path: self.journal_dir.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Whether a daemon waits (`msfs mount --takeover`) to serve this mountpoint next.
+    pub fn successor_waiting(&self) -> bool {
+        self.survival.fd_holder && succession::successor_waiting(&self.journal_dir)
     }
 
     /// The connection the holder keeps for this mountpoint, if one is held; checks that a

@@ -170,10 +170,18 @@ impl Fs {
             .engines
             .writes
             .files_in(settings.store.id(), &settings.dir_prefix_of(path));
-        let Some(mut children) = listing::list_dir(&settings, path, self.whole_listing_max)
+        let by_subtree = self
+            .list_by_subtree(&settings, path, started)
             .await
             .map_err(|e| Self::store_error(backend, e))?
-        else {
+            .filter(|children| children.len() <= self.whole_listing_max);
+        let listed = match by_subtree {
+            Some(children) => Some(children),
+            None => listing::list_dir(&settings, path, self.whole_listing_max)
+                .await
+                .map_err(|e| Self::store_error(backend, e))?,
+        };
+        let Some(mut children) = listed else {
             return Ok((None, started));
         };
         self.overlay_writes(&settings, path, before, &mut children);
@@ -194,7 +202,7 @@ impl Fs {
 
     /// Shows files being written (which may not exist in the store yet) and hides objects
     /// unlinked while open (which still do).
-    fn overlay_writes(
+    pub(super) fn overlay_writes(
         &self,
         settings: &BackendSettings,
         path: &str,

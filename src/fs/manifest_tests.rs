@@ -171,7 +171,9 @@ async fn changes_through_a_writable_manifest_mount_survive_a_remount() {
         let train = resolve(&fs, "data/train").await.expect("train");
         let (_, fh) = fs.create(train.ino, "new.bin").await.expect("create");
         fs.write(fh, 0, b"fresh bytes").await.expect("write");
-        fs.flush(fh).await.expect("flush commits (flush_on_close)");
+        fs.flush(fh, None)
+            .await
+            .expect("flush commits (flush_on_close)");
         fs.release(fh).await;
         fs.unlink(train.ino, "0.bin").await.expect("unlink");
         fs.rename(

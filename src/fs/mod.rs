@@ -6,14 +6,16 @@
 //! No lock is held across an await; store calls run on tokio tasks spawned by the adapter.
 //!
 //! Where things live: lookups, attributes, opens, reads and the per-name records here;
-//! directories (`opendir`/`readdir`) in `dir_ops`, over `dir_pages` (manifest) and `live_pages`
-//! (large live directories); creating, writing, renaming and removing in `write_ops`.
+//! directories (`opendir`/`readdir`) in `dir_ops`, over `dir_pages` (manifest), `live_pages`
+//! (large live directories) and `subtree` (small subtrees listed at once); creating, writing,
+//! renaming and removing in `write_ops`.
 //!
 //! Lock order, where two are held at once: `unlinked` before `files` (the check for open
 //! handles and the record of an unlinked name are one step for `unlink` and `release`), and
 //! `removed` before `dirs`. Every other map is locked alone.
 
 mod backend;
+mod descriptors;
 mod dir_ops;
 mod dir_pages;
 mod error;
@@ -23,10 +25,11 @@ mod listing;
 mod live_pages;
 mod manifest_listing;
 mod stream;
+mod subtree;
 mod write_ops;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -109,6 +112,11 @@ struct FileHandle {
     /// Opened for writing; `dirty` is then this handle's, released at close.
     writable: bool,
     flush_on_close: bool,
+    /// Something was written (or truncated) through this handle since it was opened: its
+    /// closes commit. Until then the file holds at most what the open itself did (created it,
+    /// or truncated it), which a close with another descriptor still open may leave to that
+    /// descriptor's close (see `flush`).
+    wrote: AtomicBool,
 }
 
 impl FileHandle {
@@ -164,6 +172,9 @@ pub struct Fs {
     inodes: Mutex<InodeTable>,
     /// Recent full listings, which answer lookups without another request.
     listings: Mutex<HashMap<u64, DirSnapshot>>,
+    /// Listings of directories below one that was listed by its subtree (or probed), by key
+    /// prefix: they become `listings` when their directory is looked in (see `subtree`).
+    kept: subtree::KeptListings,
     /// Names known to be absent, by (directory, name), with since when: a lookup miss, or a
     /// name this mount removed. A bounded LRU: forgetting a miss only costs a request.
     negative: Mutex<lru::LruCache<(u64, String), Instant>>,
@@ -185,6 +196,8 @@ pub struct Fs {
     next_handle: AtomicU64,
     /// Live directories with more entries are read a page at a time (see `live_pages`).
     whole_listing_max: usize,
+    /// Keys a subtree listing reads before the directory is listed with the delimiter instead.
+    subtree_listing_max: usize,
     /// Where what the kernel holds is journalled for a successor (`None`: nowhere).
     kernel_state: Option<Arc<KernelState>>,
 }
@@ -206,6 +219,7 @@ impl Fs {
             backends: RwLock::new(backends),
             inodes: Mutex::new(InodeTable::new()),
             listings: Mutex::new(HashMap::new()),
+            kept: subtree::KeptListings::default(),
             negative: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(NEGATIVE_CACHE_LIMIT).expect("a non-zero limit"),
             )),
@@ -217,6 +231,7 @@ impl Fs {
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             whole_listing_max: listing::WHOLE_LISTING_MAX,
+            subtree_listing_max: subtree::SUBTREE_LISTING_MAX_KEYS,
             kernel_state: None,
         }
     }
@@ -302,6 +317,8 @@ impl Fs {
             dirty,
             writable: record.writable,
             flush_on_close: settings.flush_on_close,
+            // What the previous server's handle did is not known: its closes commit.
+            wrote: AtomicBool::new(record.writable),
         })
     }
 
@@ -331,6 +348,13 @@ impl Fs {
     #[cfg(test)]
     pub(crate) fn with_whole_listing_max(mut self, max: usize) -> Fs {
         self.whole_listing_max = max;
+        self
+    }
+
+    /// Sets how many keys a subtree listing may read (tests).
+    #[cfg(test)]
+    pub(crate) fn with_subtree_listing_max(mut self, max: usize) -> Fs {
+        self.subtree_listing_max = max;
         self
     }
 
@@ -507,7 +531,8 @@ impl Fs {
                 .await
                 .map_err(|e| Self::manifest_error(&backend, e))?,
             (None, None) if self.recently_missing(dir.ino, name) => None,
-            (None, None) => listing::probe(&settings, &path)
+            (None, None) => self
+                .probe(&settings, &path)
                 .await
                 .map_err(|e| Self::store_error(&backend, e))?,
         };
@@ -667,6 +692,7 @@ impl Fs {
             dirty,
             writable: mode.write,
             flush_on_close: settings.flush_on_close,
+            wrote: AtomicBool::new(false),
         };
         Ok((self.add_handle(handle), keep_cache))
     }
@@ -702,6 +728,8 @@ impl Fs {
             node.kind = pending_kind(file.meta());
         }
         lock(&self.listings).remove(&node.parent);
+        let name = node.path.rsplit('/').next().unwrap_or(&node.path);
+        self.forget_kept(node.parent, name);
     }
 
     fn note_written(&self, store_id: &str, key: &str) {
@@ -760,9 +788,10 @@ impl Fs {
         Ok(bytes)
     }
 
-    /// The last close of a handle. A written file left dirty is committed in the background
-    /// (normally already started by `flush`); an object unlinked while open is deleted once no
-    /// handle of this mount has it open.
+    /// The last close of a handle. A written file left dirty is committed in the background,
+    /// at once (the idle delay a `flush` may have started is for descriptors left open; with
+    /// `flush_on_close` the last FLUSH has committed it already); an object unlinked while
+    /// open is deleted once no handle of this mount has it open.
     pub async fn release(&self, fh: u64) {
         let Some(handle) = lock(&self.files).remove(&fh) else {
             return;
@@ -801,6 +830,7 @@ impl Fs {
     /// Forgets what is known of directory `dir` and of `name` in it, after a change there.
     fn invalidate_entry(&self, dir: u64, name: &str) {
         lock(&self.listings).remove(&dir);
+        self.forget_kept(dir, name);
         let entry = (dir, name.to_string());
         lock(&self.negative).pop(&entry);
         lock(&self.removed).remove(&entry);
@@ -840,12 +870,14 @@ impl Fs {
             .is_some_and(|at| *at >= since)
     }
 
-    /// A cached listing of `ino` younger than the TTL, with when it was asked for.
+    /// A cached listing of `ino` younger than the TTL, with when it was asked for: its own, or
+    /// one a listing of an ancestor kept for it.
     fn fresh_listing(&self, ino: u64) -> Option<(Arc<BTreeMap<String, ChildKind>>, Instant)> {
-        let listings = lock(&self.listings);
-        let snapshot = listings.get(&ino)?;
-        (snapshot.fetched.elapsed() < self.options.ttl)
-            .then(|| (snapshot.children.clone(), snapshot.fetched))
+        let own = lock(&self.listings)
+            .get(&ino)
+            .filter(|snapshot| snapshot.fetched.elapsed() < self.options.ttl)
+            .map(|snapshot| (snapshot.children.clone(), snapshot.fetched));
+        own.or_else(|| self.kept_listing(ino))
     }
 
     fn recently_missing(&self, parent: u64, name: &str) -> bool {
@@ -883,5 +915,7 @@ fn pending_kind(meta: DirtyMeta) -> ChildKind {
 mod manifest_tests;
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod subtree_tests;
 #[cfg(test)]
 mod tests;

@@ -147,7 +147,7 @@ async fn write_file(fs: &Fs, path: &str, offset: u64, data: &[u8], truncate: boo
         Err(e) => return e.errno(),
     };
     let written = fs.write(fh, offset, data).await;
-    let flushed = fs.flush(fh).await;
+    let flushed = fs.flush(fh, None).await;
     fs.release(fh).await;
     code(&written).max(code(&flushed))
 }

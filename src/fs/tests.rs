@@ -255,7 +255,7 @@ async fn a_created_file_is_listed_readable_and_committed_at_fsync() {
     assert_eq!(&f.fs.read(fh, 0, 100).await.expect("read")[..], b"hello");
     f.fs.fsync(fh).await.expect("fsync");
     assert_eq!(stored(&f, "new.txt").as_deref(), Some(&b"hello"[..]));
-    f.fs.flush(fh).await.expect("flush");
+    f.fs.flush(fh, None).await.expect("flush");
     f.fs.release(fh).await;
     let again = resolve(&f.fs, "data/new.txt").await.expect("lookup");
     let (fh, _) =
@@ -422,7 +422,7 @@ async fn a_file_written_but_not_yet_committed_is_committed_before_a_rename() {
     let data = resolve(&f.fs, "data").await.expect("data");
     let (_, fh) = f.fs.create(data.ino, "tmp").await.expect("create");
     f.fs.write(fh, 0, b"payload").await.expect("write");
-    f.fs.flush(fh).await.expect("flush");
+    f.fs.flush(fh, None).await.expect("flush");
     f.fs.release(fh).await;
     f.fs.rename(data.ino, "tmp", data.ino, "final", RenameFlags::default())
         .await
@@ -624,7 +624,7 @@ async fn a_rename_waits_for_a_closing_writer_and_refuses_an_open_one() {
 
     let (_, closing) = f.fs.create(data.ino, "closing").await.expect("create");
     f.fs.write(closing, 0, b"done").await.expect("write");
-    f.fs.flush(closing).await.expect("flush");
+    f.fs.flush(closing, None).await.expect("flush");
     let fs = &f.fs;
     let (renamed, ()) = tokio::join!(
         fs.rename(

@@ -3,10 +3,12 @@
 //! are made in the store at once (a directory is a zero-byte `dir/` marker object).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
+use super::descriptors::{self, OpenFile};
 use super::dir_pages::ManifestPages;
 use super::inode::Node;
 use super::listing::{self, ChildKind, NAME_MAX, valid_name};
@@ -115,6 +117,7 @@ impl Fs {
             dirty: Some(file),
             writable: true,
             flush_on_close: dir.settings.flush_on_close,
+            wrote: AtomicBool::new(false),
         };
         let fh = self.add_handle(handle);
         Ok((self.attr_of(&node), fh))
@@ -125,24 +128,63 @@ impl Fs {
         let (true, Some(file)) = (handle.writable, &handle.dirty) else {
             return Err(FsError::NotWritable);
         };
+        handle.wrote.store(true, Ordering::Relaxed);
         self.engines.writes.write(file, offset, data).await?;
         Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
     }
 
-    /// A close of a descriptor of `fh` (there may be several, after dup or fork). With
-    /// `flush_on_close` it commits what was written and waits for the store. Without, it does
-    /// nothing: the last close (`release`) starts the background commit. A shell redirect
-    /// (`echo x > f`) opens the file, dup2s it to stdout and closes the first descriptor before
-    /// writing; committing at that close cost an extra, empty PUT per file.
-    pub async fn flush(&self, fh: u64) -> Result<()> {
+    /// A close of a descriptor of `fh` (FUSE FLUSH) by process `closer`, if known. The kernel
+    /// sends one at every close(2) and never says whether it was the open file's last
+    /// descriptor: after a dup or fork there are more, and the RELEASE of `fh` comes after the
+    /// last. A shell redirect (`echo x > f`) opens the file, dup2s it to stdout and closes the
+    /// first descriptor before anything is written.
+    ///
+    /// Without `flush_on_close` nothing waits: the commit starts at the RELEASE, or, for a
+    /// handle something was written through, once the file has been idle for the write engine's
+    /// delay while a descriptor stays open (`commit_when_idle`).
+    ///
+    /// With `flush_on_close` the close commits and waits for the store, so that after it
+    /// returns every other client sees the file; a failed commit fails the close (the data
+    /// stays, retried in the background). One exception: a handle nothing has been written
+    /// through yet holds at most what its open did (an empty new file, a truncation), and when
+    /// the closing process still holds another descriptor open for writing on the file
+    /// (`descriptors`), that descriptor's close commits instead. So the redirect costs one PUT,
+    /// not an empty one that the next close replaces.
+    pub async fn flush(&self, fh: u64, closer: Option<u32>) -> Result<()> {
         let handle = self.handle(fh)?;
         let (true, Some(file)) = (handle.writable, &handle.dirty) else {
             return Ok(());
         };
-        if handle.flush_on_close {
-            self.engines.writes.commit(file).await?;
+        let wrote = handle.wrote.load(Ordering::Relaxed);
+        if !handle.flush_on_close {
+            if wrote {
+                self.engines.writes.commit_when_idle(file);
+            }
+            return Ok(());
         }
+        if !wrote
+            && file.is_dirty()
+            && let Some(pid) = closer
+            && self.held_open_for_writing_by(pid, &handle).await
+        {
+            return Ok(());
+        }
+        self.engines.writes.commit(file).await?;
         Ok(())
+    }
+
+    /// Whether process `pid` has a descriptor open for writing on the file of `handle`.
+    async fn held_open_for_writing_by(&self, pid: u32, handle: &FileHandle) -> bool {
+        let Ok(node) = self.node(handle.ino) else {
+            return false;
+        };
+        let file = OpenFile {
+            ino: handle.ino,
+            path_suffix: format!("/{}", node.path),
+        };
+        tokio::task::spawn_blocking(move || descriptors::another_writer(pid, &file))
+            .await
+            .unwrap_or(false)
     }
 
     /// Makes everything written to the file durable in the store before returning.
@@ -178,6 +220,7 @@ impl Fs {
         if let Some(fh) = fh {
             let handle = self.handle(fh)?;
             if let (true, Some(file)) = (handle.writable, &handle.dirty) {
+                handle.wrote.store(true, Ordering::Relaxed);
                 writes.truncate(file, size)?;
                 return Ok(());
             }
@@ -448,9 +491,59 @@ impl Fs {
                 settings.record(backend, &path, Change::Deleted).await;
             }
         }
+        self.renamed(parent, name, new_parent, new_name, &new_path, settings);
+        Ok(())
+    }
+
+    /// A rename the kernel resent to this process after a takeover, whose source is gone: if
+    /// its destination is there, the previous server carried it out (and died before it could
+    /// answer), and this records what it would have recorded — the kernel's inode moves to the
+    /// new name, the manifest's delta log learns the move — so that the kernel, told it
+    /// succeeded, finds the file under its new name. `NotFound` if the destination is not
+    /// there either.
+    pub async fn rename_landed(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+    ) -> Result<()> {
+        let from = self.writable_dir(parent)?;
+        let to = self.writable_dir(new_parent)?;
+        let (_, new_path, kind) = self.resolve(&to.node, to.backend.clone(), new_name).await?;
+        let path = listing::child_path(&from.node.path, name);
+        let settings = &from.settings;
+        let backend = &from.backend.dir_name;
+        let moved = match kind {
+            ChildKind::Dir => EntryKind::Dir,
+            ChildKind::File(meta) => EntryKind::File {
+                size: meta.size,
+                etag: meta.etag,
+                mtime: meta.mtime,
+            },
+        };
+        settings
+            .record(backend, &new_path, Change::Upsert(moved))
+            .await;
+        settings.record(backend, &path, Change::Deleted).await;
+        self.renamed(parent, name, new_parent, new_name, &new_path, settings);
+        Ok(())
+    }
+
+    /// What a rename changes besides the store: the inode's name, and what listings and
+    /// the kernel's caches may still show.
+    fn renamed(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        new_path: &str,
+        settings: &BackendSettings,
+    ) {
         {
             let mut inodes = lock(&self.inodes);
-            inodes.rename(parent, name, new_parent, new_name, new_path.clone());
+            inodes.rename(parent, name, new_parent, new_name, new_path.to_string());
             // A copied object may have a new ETag: make the next open ask the store. What the
             // node holds is newer than any listing asked for before now.
             if let Some(node) = inodes
@@ -464,10 +557,9 @@ impl Fs {
             }
         }
         // Listings asked for before now show the name's old object, if it had one.
-        self.note_written(settings.store.id(), &settings.key_of(&new_path));
+        self.note_written(settings.store.id(), &settings.key_of(new_path));
         self.note_removed(parent, name);
         self.invalidate_entry(new_parent, new_name);
-        Ok(())
     }
 
     async fn rename_file(

@@ -11,6 +11,7 @@ mod watchdog;
 pub use resend::request_resend;
 
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,19 @@ pub struct FuseAdapter {
     watchdog: Option<Watchdog>,
     /// What the kernel offered in INIT, once the handshake has run.
     kernel: Arc<OnceLock<KernelInit>>,
+    /// Requests handed to the runtime and not answered yet (whether or not a watchdog looks).
+    unanswered: Unanswered,
+}
+
+/// How many requests a session handed to the runtime are still unanswered: what a hand-off to
+/// another process waits for (see `daemon::session::MountedSession::hand_off`).
+#[derive(Debug, Clone, Default)]
+pub struct Unanswered(Arc<AtomicUsize>);
+
+impl Unanswered {
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// What the kernel offered in a connection's INIT: what a successor taking the connection over
@@ -77,7 +91,13 @@ impl FuseAdapter {
             session: String::new(),
             watchdog: None,
             kernel: Arc::new(OnceLock::new()),
+            unanswered: Unanswered::default(),
         }
+    }
+
+    /// Counts the requests this adapter has handed to the runtime and not yet answered.
+    pub fn unanswered(&self) -> Unanswered {
+        self.unanswered.clone()
     }
 
     /// Filled with what the kernel offered once the handshake has run.
@@ -142,12 +162,37 @@ impl FuseAdapter {
         let pending = self.pending(op, ino.0, req, started);
         let fs = self.fs.clone();
         let reply = work(self.fs.clone());
+        // Counted before the worker returns, so a hand-off that sees the workers idle sees it.
+        let unanswered = self.unanswered.0.clone();
+        unanswered.fetch_add(1, Ordering::SeqCst);
         self.runtime.spawn(async move {
             reply.await;
             drop(pending);
+            unanswered.fetch_sub(1, Ordering::SeqCst);
             fs.metrics().fuse_request(op, started.elapsed());
         });
     }
+}
+
+/// Set by the kernel in the `unique` of a request it resends (`FUSE_NOTIFY_RESEND`) to the
+/// server that took a connection over. The dead server may have carried it out already: an
+/// unlink, rmdir or rename whose effect is there, or a mkdir whose directory exists, is then
+/// answered as done rather than ENOENT/EEXIST, which the application never asked to see.
+const FUSE_UNIQUE_RESEND: u64 = 1 << 63;
+
+fn resent(req: &Request) -> bool {
+    req.unique().0 & FUSE_UNIQUE_RESEND != 0
+}
+
+/// Logs a resent request found done already.
+fn landed_before(op: &'static str, parent: INodeNo, name: &str) {
+    tracing::info!(
+        op,
+        parent = parent.0,
+        name,
+        "a request resent after a takeover had been carried out by the previous server; \
+         answered as done"
+    );
 }
 
 /// Fills a readdir reply from the open directory's entries at `offset`.
@@ -411,8 +456,10 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // PID 0: the closer is in a PID namespace the server cannot see.
+        let closer = Some(req.pid()).filter(|pid| *pid != 0);
         self.spawn("flush", ino, req, move |fs| async move {
-            match fs.flush(fh.0).await {
+            match fs.flush(fh.0, closer).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -508,7 +555,7 @@ impl Filesystem for FuseAdapter {
         };
         self.spawn("mknod", parent, req, move |fs| async move {
             let created = match fs.create(parent.0, &name).await {
-                Ok((attr, fh)) => fs.flush(fh).await.map(|()| (attr, fh)),
+                Ok((attr, fh)) => fs.flush(fh, None).await.map(|()| (attr, fh)),
                 Err(e) => Err(e),
             };
             match created {
@@ -534,8 +581,16 @@ impl Filesystem for FuseAdapter {
             reply.error(Errno::EINVAL); // object keys are UTF-8
             return;
         };
+        let resent = resent(req);
         self.spawn("mkdir", parent, req, move |fs| async move {
-            match fs.mkdir(parent.0, &name).await {
+            let made = match fs.mkdir(parent.0, &name).await {
+                Err(FsError::Exists) if resent => {
+                    landed_before("mkdir", parent, &name);
+                    fs.lookup(parent.0, &name).await
+                }
+                made => made,
+            };
+            match made {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -547,9 +602,14 @@ impl Filesystem for FuseAdapter {
             reply.error(Errno::ENOENT);
             return;
         };
+        let resent = resent(req);
         self.spawn("unlink", parent, req, move |fs| async move {
             match fs.unlink(parent.0, &name).await {
                 Ok(()) => reply.ok(),
+                Err(FsError::NotFound) if resent => {
+                    landed_before("unlink", parent, &name);
+                    reply.ok()
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -560,9 +620,14 @@ impl Filesystem for FuseAdapter {
             reply.error(Errno::ENOENT);
             return;
         };
+        let resent = resent(req);
         self.spawn("rmdir", parent, req, move |fs| async move {
             match fs.rmdir(parent.0, &name).await {
                 Ok(()) => reply.ok(),
+                Err(FsError::NotFound) if resent => {
+                    landed_before("rmdir", parent, &name);
+                    reply.ok()
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -600,12 +665,24 @@ impl Filesystem for FuseAdapter {
             no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
         };
+        let resent = resent(req);
         self.spawn("rename", parent, req, move |fs| async move {
             match fs
                 .rename(parent.0, &name, newparent.0, &newname, flags)
                 .await
             {
                 Ok(()) => reply.ok(),
+                // The source gone and the destination there: the previous server renamed it.
+                Err(FsError::NotFound)
+                    if resent
+                        && fs
+                            .rename_landed(parent.0, &name, newparent.0, &newname)
+                            .await
+                            .is_ok() =>
+                {
+                    landed_before("rename", parent, &name);
+                    reply.ok()
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });

@@ -110,6 +110,19 @@ impl HolderClient {
         self.call(&Request::Release { name: name.into() }, None)
     }
 
+    /// Whether the holder was told to stop (SIGTERM or SIGINT): it then exits once it holds
+    /// nothing.
+    pub fn stopping(&mut self) -> Result<bool, HolderError> {
+        self.exchange(|stream| {
+            wire::send(stream, &Request::Status, None)?;
+            match receive(stream)? {
+                (Reply::Status { stopping }, None) => Ok(stopping),
+                (Reply::Error { error }, None) => Err(HolderError::Refused(error)),
+                (other, _) => Err(unexpected("status", &other)),
+            }
+        })
+    }
+
     /// A request answered by `ok` or an error.
     fn call(&mut self, request: &Request, fd: Option<BorrowedFd<'_>>) -> Result<(), HolderError> {
         self.exchange(|stream| {

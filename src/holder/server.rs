@@ -306,6 +306,9 @@ fn answer(
             None => error(format!("not held: {name:?}")),
         },
         (Request::List, None) => return list(stream, state),
+        (Request::Status, None) => Reply::Status {
+            stopping: TERMINATE.load(Ordering::Relaxed),
+        },
         (Request::Release { name }, None) => {
             if state.entries().remove(&name).is_some() {
                 tracing::info!(name, "fd holder released an fd");

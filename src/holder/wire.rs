@@ -25,10 +25,20 @@ pub(crate) const MAX_FRAME: usize = 1 << 20;
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum Request {
-    Keep { name: String, meta: String },
-    Update { name: String, meta: String },
+    Keep {
+        name: String,
+        meta: String,
+    },
+    Update {
+        name: String,
+        meta: String,
+    },
     List,
-    Release { name: String },
+    Release {
+        name: String,
+    },
+    /// Whether the holder was told to stop (SIGTERM or SIGINT).
+    Status,
 }
 
 /// What the holder answers: `Ok` or `Error` to each request, except `List`, answered with one
@@ -40,6 +50,7 @@ pub(crate) enum Reply {
     Entry { name: String, meta: String },
     End,
     Error { error: String },
+    Status { stopping: bool },
 }
 
 /// Not derived: an entry's metadata may hold credentials.
@@ -50,6 +61,7 @@ impl std::fmt::Debug for Reply {
             Reply::Entry { name, .. } => write!(f, "Entry {{ name: {name:?}, meta: *** }}"),
             Reply::End => f.write_str("End"),
             Reply::Error { error } => write!(f, "Error {{ error: {error:?} }}"),
+            Reply::Status { stopping } => write!(f, "Status {{ stopping: {stopping} }}"),
         }
     }
 }

@@ -275,6 +275,11 @@ impl ObjectStore for FileStore {
         out.ok_or(changed)
     }
 
+    /// A flat page walks every directory below the prefix (`collect_entries`).
+    fn cheap_flat_listing(&self) -> bool {
+        false
+    }
+
     async fn list(&self, request: &ListRequest) -> Result<ListPage> {
         let root = self.root.clone();
         let owned_prefix = request.prefix.clone();

@@ -114,6 +114,10 @@ impl ObjectStore for InstrumentedStore {
             .await
     }
 
+    fn cheap_flat_listing(&self) -> bool {
+        self.inner.cheap_flat_listing()
+    }
+
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult> {
         self.timed("put", key, self.inner.put(key, body)).await
     }
@@ -160,6 +164,10 @@ impl ObjectStore for InstrumentedStore {
 
     fn max_object_size(&self) -> u64 {
         self.inner.max_object_size()
+    }
+
+    fn outlives_process(&self) -> bool {
+        self.inner.outlives_process()
     }
 
     async fn upload_part_copy(

@@ -190,6 +190,14 @@ pub trait ObjectStore: Send + Sync + Debug {
     /// One page of the listing `request` describes.
     async fn list(&self, request: &ListRequest) -> Result<ListPage>;
 
+    /// Whether a page of a flat listing (no delimiter) costs about what a delimited page does,
+    /// so that a directory's whole subtree may be listed at once (see `fs::subtree`). True for
+    /// stores that page any listing out of a sorted key index (S3 and its kind, memory); false
+    /// where a flat page means walking the whole tree below the prefix (a local directory).
+    fn cheap_flat_listing(&self) -> bool {
+        true
+    }
+
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult>;
 
     /// Like [`ObjectStore::put`], with a body read on demand (see `upload_part_from`).
@@ -221,6 +229,13 @@ pub trait ObjectStore: Send + Sync + Debug {
     ) -> Result<CompletedPart> {
         let bytes = gather(body.as_ref()).await?;
         self.upload_part(key, upload_id, part_number, bytes).await
+    }
+
+    /// Whether what the store holds outlives this process. A RAM store's does not: the next
+    /// process's store of the same name starts empty, so a killed process's unsaved writes to
+    /// it are not committed there (`daemon::open_backend_settings`).
+    fn outlives_process(&self) -> bool {
+        true
     }
 
     /// The largest object this store can be asked to hold.

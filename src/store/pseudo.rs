@@ -722,6 +722,13 @@ impl ObjectStore for PseudoStore {
         Ok(len)
     }
 
+    /// A flat page is computed as cheaply as a delimited one, and costs its configured latency:
+    /// the namespace lists subtrees (and probes with a flat page) only where that latency is no
+    /// longer than asking whether a directory exists.
+    fn cheap_flat_listing(&self) -> bool {
+        self.latency.list_objects <= self.latency.stat_directory
+    }
+
     async fn list(&self, request: &ListRequest) -> Result<ListPage> {
         let started = Instant::now();
         let limit = request

@@ -256,6 +256,10 @@ impl ObjectStore for RamStore {
         &self.id
     }
 
+    fn outlives_process(&self) -> bool {
+        false
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
         Ok(self.state().objects.get(key).map(|o| meta(key, o)))
     }

@@ -285,6 +285,10 @@ impl ObjectStore for TestStore {
         self.inner.abort_multipart(key, upload_id).await
     }
 
+    fn cheap_flat_listing(&self) -> bool {
+        self.inner.cheap_flat_listing()
+    }
+
     async fn list_uploads(&self, prefix: &str) -> StoreResult<Vec<PendingUpload>> {
         self.count("list_uploads");
         self.inner.list_uploads(prefix).await

@@ -170,6 +170,11 @@ pub(super) async fn commit_once(
     file: &Arc<DirtyFile>,
 ) -> Result<(), WriteError> {
     let _one_at_a_time = file.commit_lock.lock().await;
+    if let Some(landed) = durable::check_base(inner, file).await? {
+        // Nothing to send: the store holds this content already.
+        finish(inner, file, landed.generation, landed.version, None).await;
+        return Ok(());
+    }
     let (snapshot, upload) = {
         let mut state = file.state();
         if state.deleted || !state.is_dirty() {
@@ -198,14 +203,26 @@ pub(super) async fn commit_once(
     };
     tracing::debug!(backend = %target.backend, key = %target.key, size = snapshot.size,
         elapsed = ?started.elapsed(), "committed");
-    let etag = committed.etag.clone();
-    if let Some(promotion) = rebase(inner, file, &snapshot, committed, body) {
+    finish(inner, file, snapshot.generation, committed, body).await;
+    Ok(())
+}
+
+/// The file's content as of `generation` is in the store as `committed`: rebases the file onto
+/// it, promotes `body` into the read cache, and tells the commit observer.
+async fn finish(
+    inner: &Inner,
+    file: &DirtyFile,
+    generation: u64,
+    committed: ObjectVersion,
+    body: Option<Bytes>,
+) {
+    let (size, etag) = (committed.size, committed.etag.clone());
+    if let Some(promotion) = rebase(inner, file, generation, committed, body) {
         promotion.admit().await;
     }
-    if let Some(observer) = &target.observer {
-        observer.committed(&target.key, snapshot.size, &etag).await;
+    if let Some(observer) = &file.target.observer {
+        observer.committed(&file.target.key, size, &etag).await;
     }
-    Ok(())
 }
 
 /// After a successful commit: the new object becomes the base. If nothing was written during
@@ -214,7 +231,7 @@ pub(super) async fn commit_once(
 fn rebase(
     inner: &Inner,
     file: &DirtyFile,
-    snapshot: &Snapshot,
+    generation: u64,
     committed: ObjectVersion,
     body: Option<Bytes>,
 ) -> Option<Promotion> {
@@ -225,7 +242,7 @@ fn rebase(
     }
     let (released, clean, leftover) = {
         let mut state = file.state();
-        state.committed = snapshot.generation;
+        state.committed = generation;
         // A commit that lands clears any unreported failure of an earlier one.
         state.failure = None;
         state.stranded = false;

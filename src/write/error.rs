@@ -51,6 +51,19 @@ pub enum WriteError {
     Deleted,
     #[error("internal error in the write engine: {0}")]
     Internal(&'static str),
+    #[error(
+        "{key}: the unsaved writes a killed msfs process left cannot be committed: the object \
+         they were made over (ETag {base}) was changed by another writer ({}), and the bytes \
+         they did not change came from that version. They are kept locally, not committed over \
+         the other version; rewrite the whole file to commit it, or delete it",
+        describe_current(.current)
+    )]
+    BaseReplaced {
+        key: String,
+        base: String,
+        /// The object's ETag now; `None` when it is gone.
+        current: Option<String>,
+    },
     #[error("an earlier background commit failed: {message}")]
     EarlierCommitFailed { message: String },
 }
@@ -61,7 +74,9 @@ impl WriteError {
     pub fn is_terminal(&self) -> bool {
         match self {
             WriteError::Store { source, .. } => source.is_terminal(),
-            WriteError::TooLarge { .. } | WriteError::Internal(_) => true,
+            WriteError::TooLarge { .. }
+            | WriteError::Internal(_)
+            | WriteError::BaseReplaced { .. } => true,
             _ => false,
         }
     }
@@ -71,5 +86,12 @@ impl WriteError {
             backend: target.backend.clone(),
             source,
         }
+    }
+}
+
+fn describe_current(current: &Option<String>) -> String {
+    match current {
+        Some(etag) => format!("now ETag {etag}"),
+        None => "deleted".to_string(),
     }
 }

@@ -91,10 +91,15 @@ pub(super) struct State {
     /// in the spill file and the next fsync or close tries again, but until a commit lands
     /// they are not counted against the dirty bound (nothing would ever free them).
     pub stranded: bool,
+    /// Recovered from a killed process, its base not yet checked against the store: checked
+    /// before its first commit (`durable::check_base`).
+    pub check_base: bool,
     /// Open handles on this file through any mount.
     pub handles: usize,
     /// A background commit task is scheduled or running.
     pub background: bool,
+    /// A task waits for the file to be idle to commit it (`WriteEngine::commit_when_idle`).
+    pub idle_wait: bool,
     /// Dirty bytes counted against the engine's budget.
     pub budgeted: u64,
     pub upload: Option<Upload>,
@@ -225,8 +230,10 @@ impl DirtyFile {
                 failure: None,
                 deleted: false,
                 stranded: false,
+                check_base: false,
                 handles: 0,
                 background: false,
+                idle_wait: false,
                 budgeted: 0,
                 upload: None,
                 part_changed: HashMap::new(),

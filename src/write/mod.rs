@@ -58,6 +58,9 @@ const STREAMED_PARTS_PER_WORKER: usize = 2;
 /// How often a read of a file being written plans again after a commit replaced its base
 /// object under it (each time after that commit has finished).
 const READ_REPLANS: u32 = 10;
+/// How long a file some descriptor was closed on, but another keeps open, stays unchanged
+/// before its commit starts (`commit_when_idle`).
+const IDLE_COMMIT_DELAY: Duration = Duration::from_secs(1);
 /// Background commit retries back off from the first to the last delay, doubling.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_LAST: Duration = Duration::from_secs(60);
@@ -297,7 +300,9 @@ impl WriteEngine {
     /// and is committed in the background. `target_for_key` says where a key is committed
     /// (backend, delta log); a key it returns `None` for (another backend's over the same
     /// bucket) stays for a later call, as do the files of stores not built yet. Returns how many
-    /// files were taken over.
+    /// files were taken over. A file's first commit checks its base against the store first
+    /// (`durable::check_base`): the killed process's commit may have landed unrecorded, or
+    /// another writer may have replaced the object meanwhile.
     ///
     /// Called for each writable store the process builds, right after `recover_uploads` for it
     /// and once the backend's manifest (its commit observer) is known, before the mount serves
@@ -517,7 +522,14 @@ impl WriteEngine {
     /// background commit failure not yet reported is reported now, once, as an error.
     pub async fn fsync(&self, file: &Arc<DirtyFile>) -> Result<(), WriteError> {
         // Taken, so it is reported once, whatever this commit's own outcome.
-        let earlier = file.state().failure.take();
+        let earlier = {
+            let mut state = file.state();
+            let earlier = state.failure.take();
+            if earlier.is_some() {
+                durable::log_failure(&mut state);
+            }
+            earlier
+        };
         let result = self.commit(file).await;
         match earlier {
             Some(message) => Err(WriteError::EarlierCommitFailed { message }),
@@ -553,11 +565,11 @@ impl WriteEngine {
                         // nothing failed, and nothing is left to retry.
                         Err(_) if !state.is_dirty() => false,
                         Err(e) if e.is_terminal() => {
-                            state.failure = Some(e.to_string());
+                            record_failure(&mut state, e);
                             false
                         }
                         Err(e) => {
-                            state.failure = Some(e.to_string());
+                            record_failure(&mut state, e);
                             !state.deleted
                         }
                     }
@@ -584,6 +596,41 @@ impl WriteEngine {
             }
             file.state().background = false;
             inner.let_go_if_done(&file);
+        });
+    }
+
+    /// A descriptor of the file was closed, and others may stay open (a dup, a fork; close
+    /// without `flush_on_close`): the file is committed in the background once it has not
+    /// changed for `IDLE_COMMIT_DELAY`. Nothing is sent when the last handle closes first
+    /// (`release` then commits at once) or the file is clean or deleted by then. One such
+    /// wait per file at a time.
+    pub fn commit_when_idle(&self, file: &Arc<DirtyFile>) {
+        let mut seen = {
+            let mut state = file.state();
+            if state.idle_wait || state.deleted || !state.is_dirty() {
+                return;
+            }
+            state.idle_wait = true;
+            state.generation
+        };
+        let engine = self.clone();
+        let file = Arc::clone(file);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE_COMMIT_DELAY).await;
+                let mut state = file.state();
+                if state.generation != seen && !state.deleted && state.handles > 0 {
+                    seen = state.generation;
+                    continue;
+                }
+                state.idle_wait = false;
+                let commit = !state.deleted && state.is_dirty() && state.handles > 0;
+                drop(state);
+                if commit {
+                    engine.commit_in_background(&file);
+                }
+                return;
+            }
         });
     }
 
@@ -798,6 +845,16 @@ fn read_plan(state: &View<'_>, range: Range<u64>) -> Vec<Piece> {
         }
     }
     pieces
+}
+
+/// Keeps a background commit's failure for the next fsync to report, in the state and (when it
+/// changed) in the spill log, for a successor's fsync to report if this process dies first.
+fn record_failure(state: &mut file::State, error: &WriteError) {
+    let message = error.to_string();
+    if state.failure.as_deref() != Some(message.as_str()) {
+        state.failure = Some(message);
+        durable::log_failure(state);
+    }
 }
 
 #[cfg(test)]

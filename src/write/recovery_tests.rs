@@ -292,12 +292,16 @@ async fn a_torn_last_record_is_ignored_and_a_second_kill_recovers_again() {
     kill(first, vec![file]).await;
 
     let second = n.engine();
+    // The store refuses writes until the file is joined: otherwise the recovered file's
+    // background commit could land and let the file go before this test holds it.
+    n.a.fail_writes.store(true, Ordering::SeqCst);
     assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
     let file = second.find("s3:a", "f").expect("recovered");
     assert_eq!(read_all(&second, &file).await, model);
     // Its next records follow the whole ones, so a second kill loses nothing either. Held open
     // (as an application would), the file is not let go after its background commit.
     second.join("s3:a", "f").expect("join");
+    n.a.fail_writes.store(false, Ordering::SeqCst);
     second
         .write(&file, 100, &pattern(30, 3))
         .await
@@ -476,4 +480,194 @@ fn recovery_can_be_awaited_on_any_thread() {
     send(engine.recover_spills(n.a.as_ref(), |key| {
         key.strip_prefix(prefix.as_str()).map(|_| target(&n.a, key))
     }));
+}
+
+#[tokio::test]
+async fn a_commit_failure_no_fsync_reported_is_reported_once_by_the_next_process() {
+    let n = node();
+    let first = n.engine();
+    let file = first.create(target(&n.a, "f")).await;
+    first.write(&file, 0, b"kept").await.expect("write");
+    // Refused for good: the background commit gives up (a transient failure would retry on).
+    n.a.deny_writes.store(true, Ordering::SeqCst);
+    first.commit_in_background(&file);
+    until("the background commit failed", || {
+        file.state().failure.is_some()
+    })
+    .await;
+    let message = file.state().failure.clone().expect("failure");
+    kill(first, vec![file]).await;
+
+    // Rebuilt, not yet committed again: its fsync says what the dead process's would have.
+    let second = n.engine();
+    let files = durable::recover(&second.inner, "s3:a", all_of(&n.a)).await;
+    let [file] = &files[..] else {
+        panic!("one file recovered: {files:?}");
+    };
+    n.a.deny_writes.store(false, Ordering::SeqCst);
+    match second.fsync(file).await {
+        Err(WriteError::EarlierCommitFailed { message: reported }) => {
+            assert_eq!(reported, message)
+        }
+        other => panic!("the earlier failure is reported: {other:?}"),
+    }
+    // Once: reported, and the commit that fsync made landed.
+    second.fsync(file).await.expect("a second fsync succeeds");
+    assert_eq!(n.stored("f").as_deref(), Some(&b"kept"[..]));
+}
+
+/// A file over an existing 1000-byte object "f", patched at 400..450 by a process then killed.
+/// Returns the content it left, and the ETag of the base it was written over.
+async fn patched_then_killed(n: &Node) -> (Vec<u8>, String) {
+    let original = pattern(1000, 1);
+    std::fs::write(n.a_root.join("f"), &original).expect("seed");
+    let first = n.engine();
+    let base = version(&n.a, "f").await;
+    let file = first.open(target(&n.a, "f"), Some(base.clone()));
+    first
+        .write(&file, 400, &pattern(50, 5))
+        .await
+        .expect("write");
+    let mut model = original;
+    model_write(&mut model, 400, &pattern(50, 5));
+    kill(first, vec![file]).await;
+    (model, base.etag)
+}
+
+#[tokio::test]
+async fn a_commit_that_landed_without_its_record_leaves_the_recovered_file_clean() {
+    let n = node();
+    let (model, base) = patched_then_killed(&n).await;
+    // The killed process's commit reached the store; the kill came before its log record.
+    n.a.put("f", Bytes::from(model.clone()))
+        .await
+        .expect("the killed process's commit");
+    let landed = version(&n.a, "f").await;
+    assert_ne!(landed.etag, base);
+    let puts = n.a.calls("put");
+
+    let second = n.engine();
+    let recorder = Arc::new(tests::Recorder::default());
+    let observed = |key: &str| {
+        let mut target = target(&n.a, key);
+        target.observer = Some(recorder.clone());
+        Some(target)
+    };
+    assert_eq!(second.recover_spills(n.a.as_ref(), observed).await, 1);
+    let file = second.find("s3:a", "f").expect("recovered");
+    until("the recovered file's background commit is done", || {
+        !file.state().background
+    })
+    .await;
+    {
+        let state = file.state();
+        assert!(!state.is_dirty(), "clean");
+        assert!(state.dirty.is_empty());
+        assert_eq!(
+            state.base.as_ref(),
+            Some(&landed),
+            "rebased onto the landed version"
+        );
+        assert!(state.failure.is_none() && !state.stranded);
+    }
+    assert_eq!(n.a.calls("put"), puts, "nothing sent again");
+    assert_eq!(n.stored("f"), Some(model));
+    assert_eq!(
+        *recorder.0.lock().expect("lock"),
+        [("f".to_string(), landed.size, landed.etag)],
+        "the observer hears of the version it may have missed"
+    );
+    assert!(
+        second.find("s3:a", "f").is_none(),
+        "clean and unused: let go"
+    );
+    until("the spill files are removed", || spill_is_empty(&second)).await;
+    assert_eq!(second.dirty_bytes(), 0);
+}
+
+#[tokio::test]
+async fn a_base_another_writer_changed_fails_the_recovered_commit_for_good() {
+    // Replaced by other bytes of the same size (compared, and found different), or deleted.
+    for replacement in [Some(pattern(1000, 2)), None] {
+        let n = node();
+        let (model, base) = patched_then_killed(&n).await;
+        let current = match &replacement {
+            Some(bytes) => {
+                n.a.put("f", Bytes::from(bytes.clone())).await.expect("put");
+                version(&n.a, "f").await.etag
+            }
+            None => {
+                n.a.delete("f").await.expect("delete");
+                "deleted".to_string()
+            }
+        };
+        let puts = n.a.calls("put");
+
+        let second = n.engine();
+        assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+        let file = second.find("s3:a", "f").expect("recovered");
+        until("the background commit gives up", || {
+            let state = file.state();
+            state.stranded && !state.background
+        })
+        .await;
+        let message = file
+            .state()
+            .failure
+            .clone()
+            .expect("failure kept for fsync");
+        for part in ["f:", &base, &current] {
+            assert!(message.contains(part), "{part:?} in {message:?}");
+        }
+        match second.fsync(&file).await {
+            Err(WriteError::EarlierCommitFailed { message: reported }) => {
+                assert_eq!(reported, message)
+            }
+            other => panic!("fsync reports the failure: {other:?}"),
+        }
+        // The fsync tried again, failed the same way, and its background retry gave up too.
+        until("the retry gives up", || !file.state().background).await;
+        assert!(file.state().stranded && file.is_dirty());
+        assert_eq!(
+            n.a.calls("put"),
+            puts,
+            "nothing committed over the other version"
+        );
+        assert_eq!(n.stored("f"), replacement);
+        let dir = only_spill(&second);
+        assert!(dir.join("data").exists() && dir.join("log").exists());
+        assert_eq!(
+            second.read(&file, 400..450, false).await.expect("read"),
+            model[400..450],
+            "its own bytes are kept"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_recovered_file_rewritten_whole_commits_over_a_replaced_base() {
+    // Truncated and written again (O_TRUNC), or overwritten in place and past its end: either
+    // way no byte comes from the base.
+    for truncated in [true, false] {
+        let n = node();
+        std::fs::write(n.a_root.join("f"), pattern(1000, 1)).expect("seed");
+        let first = n.engine();
+        let file = first.open(target(&n.a, "f"), Some(version(&n.a, "f").await));
+        if truncated {
+            first.truncate(&file, 0).expect("truncate");
+        }
+        let model = pattern(1200, 7);
+        first.write(&file, 0, &model).await.expect("write");
+        kill(first, vec![file]).await;
+        n.a.put("f", Bytes::from(pattern(1200, 2)))
+            .await
+            .expect("another writer's version");
+
+        let second = n.engine();
+        assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+        let file = second.find("s3:a", "f").expect("recovered");
+        second.commit(&file).await.expect("commit");
+        assert_eq!(n.stored("f"), Some(model), "truncated: {truncated}");
+        assert!(!file.is_dirty());
+    }
 }

@@ -122,7 +122,7 @@ async fn a_small_file_is_committed_with_one_put() {
 
 /// Remembers every commit it hears about.
 #[derive(Debug, Default)]
-struct Recorder(std::sync::Mutex<Vec<(String, u64, String)>>);
+pub(super) struct Recorder(pub std::sync::Mutex<Vec<(String, u64, String)>>);
 
 #[async_trait::async_trait]
 impl CommitObserver for Recorder {
@@ -163,6 +163,64 @@ async fn the_observer_hears_each_landed_commit_with_the_stored_version() {
             "a clean file commits nothing"
         );
     }
+}
+
+/// Polls `done` every 10 ms until it holds, failing after `limit` (never a timing assertion:
+/// for what a background task does at its own pace).
+async fn eventually(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_file_closed_while_still_open_elsewhere_is_committed_once_idle() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let file = f.engine.create(f.target("kept")).await;
+    f.engine
+        .write(&file, 0, b"closed once")
+        .await
+        .expect("write");
+    f.engine.commit_when_idle(&file);
+    f.engine.commit_when_idle(&file); // a second close meanwhile: still one wait
+    eventually(
+        "committed while a handle is open",
+        Duration::from_secs(30),
+        || f.stored("kept").as_deref() == Some(&b"closed once"[..]),
+    )
+    .await;
+    assert_eq!(f.store.calls("put"), 1);
+    f.engine.commit_in_background(&file); // the last close: nothing left to send
+    f.engine.release(&file);
+    eventually("let go", Duration::from_secs(30), || {
+        f.engine.find("test-store", "kept").is_none()
+    })
+    .await;
+    assert_eq!(f.store.calls("put"), 1);
+}
+
+#[tokio::test]
+async fn the_idle_wait_sends_nothing_once_the_last_handle_has_committed() {
+    let f = fixture(64 * MIB, 1 << 30);
+    let file = f.engine.create(f.target("closed")).await;
+    f.engine.write(&file, 0, b"data").await.expect("write");
+    f.engine.commit_when_idle(&file);
+    f.engine.commit(&file).await.expect("commit"); // the last close
+    f.engine.release(&file);
+    eventually("the idle wait ended", Duration::from_secs(30), || {
+        !file.state().idle_wait
+    })
+    .await;
+    assert_eq!(f.store.calls("put"), 1, "one PUT, by the last close");
+    // A clean file needs no wait at all.
+    let clean = f
+        .engine
+        .open(f.target("closed"), Some(f.version("closed").await));
+    f.engine.commit_when_idle(&clean);
+    assert!(!clean.state().idle_wait);
+    f.engine.release(&clean);
 }
 
 #[tokio::test]

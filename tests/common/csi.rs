@@ -23,6 +23,7 @@ use msfs::csi::proto::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest, Vol
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::garage::Garage;
+use super::launcher::Launcher;
 use super::mount::is_mounted;
 
 /// Longest wait for the plugin to answer Probe after spawning it.
@@ -34,6 +35,10 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// A running `msfs csi`; see the module docs.
 pub struct CsiPlugin {
     child: Option<Child>,
+    /// With [`CsiPlugin::start_launched`]: what starts and stops the plugin, and the pid of the
+    /// one running (instead of `child`).
+    launcher: Option<Launcher>,
+    launched: Option<u32>,
     /// How the plugin was started, to start it again over the same directories.
     command: Vec<std::ffi::OsString>,
     /// Extra environment of the plugin process (its own AWS chain, a kubeconfig…).
@@ -65,6 +70,22 @@ impl CsiPlugin {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> CsiPlugin {
+        Self::start_inner(config, extra_args, env, None)
+    }
+
+    /// As [`CsiPlugin::start_with`], but the plugin (and each one after a restart) is started
+    /// by a [`Launcher`] started first: the test may then restart it while its own threads hold
+    /// files open in the plugin's volumes (see `launcher.rs`).
+    pub fn start_launched(config: Option<&str>, extra_args: &[&str]) -> CsiPlugin {
+        Self::start_inner(config, extra_args, &[], Some(Launcher::start()))
+    }
+
+    fn start_inner(
+        config: Option<&str>,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        launcher: Option<Launcher>,
+    ) -> CsiPlugin {
         let dir = tempfile::Builder::new()
             .prefix("msfs-csi-")
             .tempdir()
@@ -92,6 +113,8 @@ impl CsiPlugin {
         drop(log_file);
         let mut plugin = CsiPlugin {
             child: None,
+            launcher,
+            launched: None,
             command: command.get_args().map(|a| a.to_os_string()).collect(),
             env: env
                 .iter()
@@ -109,6 +132,14 @@ impl CsiPlugin {
 
     /// Starts the plugin process (appending to its log) and waits until it serves.
     fn spawn(&mut self) {
+        if let Some(launcher) = self.launcher.as_mut() {
+            let mut env = vec![("RUST_LOG".to_string(), "info,msfs=debug".to_string())];
+            env.extend(self.env.iter().cloned());
+            let program = Path::new(env!("CARGO_BIN_EXE_msfs"));
+            self.launched = Some(launcher.spawn(program, &self.command, &env, &self.log));
+            self.wait_until_serving();
+            return;
+        }
         let log_file = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.log)
@@ -126,9 +157,51 @@ impl CsiPlugin {
         self.wait_until_serving();
     }
 
+    /// An upgrade, as the chart's `maxSurge` does it (needs [`CsiPlugin::start_launched`]):
+    /// starts the next plugin beside this one, waits until it waits to succeed it, SIGTERMs
+    /// this one (which hands every volume over) and waits until the successor serves.
+    pub fn upgrade(&mut self) {
+        let waiting = |log: &str| log.matches("waiting to succeed").count();
+        let before = waiting(&self.log_text());
+        let old = self
+            .launched
+            .take()
+            .expect("upgrade needs a launched plugin");
+        let launcher = self.launcher.as_mut().expect("upgrade needs a launcher");
+        let mut env = vec![("RUST_LOG".to_string(), "info,msfs=debug".to_string())];
+        env.extend(self.env.iter().cloned());
+        let program = Path::new(env!("CARGO_BIN_EXE_msfs"));
+        let new = launcher.spawn(program, &self.command, &env, &self.log);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while waiting(&self.log_text()) == before {
+            let launcher = self.launcher.as_mut().expect("launcher");
+            if let Some(status) = launcher.exited(new) {
+                panic!(
+                    "the successor exited (status {status}):\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the successor did not wait to succeed the plugin within {START_TIMEOUT:?}"
+            );
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        let launcher = self.launcher.as_mut().expect("launcher");
+        assert!(
+            launcher.terminate(old, STOP_GRACE),
+            "the old plugin did not hand over and exit within {STOP_GRACE:?}"
+        );
+        self.launched = Some(new);
+        self.wait_until_serving();
+    }
+
     /// SIGKILLs the plugin (its mounts die with it, as in an OOM kill or a node-agent crash)
     /// and starts it again over the same socket, state and kubelet directories.
     pub fn kill_and_restart(&mut self) {
+        if let (Some(launcher), Some(pid)) = (self.launcher.as_mut(), self.launched.take()) {
+            launcher.kill(pid);
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -157,6 +230,14 @@ impl CsiPlugin {
                     self.log_text()
                 );
             }
+            if let (Some(launcher), Some(pid)) = (self.launcher.as_mut(), self.launched)
+                && let Some(status) = launcher.exited(pid)
+            {
+                panic!(
+                    "msfs csi exited (status {status}) before serving:\n{}",
+                    self.log_text()
+                );
+            }
             assert!(
                 Instant::now() < deadline,
                 "msfs csi did not listen on {} within {START_TIMEOUT:?}:\n{}",
@@ -165,6 +246,11 @@ impl CsiPlugin {
             );
             std::thread::sleep(POLL_INTERVAL);
         }
+    }
+
+    /// The pid of the plugin running now.
+    pub fn pid(&self) -> Option<u32> {
+        self.launched.or(self.child.as_ref().map(Child::id))
     }
 
     pub fn log_text(&self) -> String {
@@ -225,21 +311,13 @@ impl CsiPlugin {
 
     /// Sends SIGTERM and waits (bounded) for the plugin to exit; returns whether it did.
     pub fn stop(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
+        if let (Some(launcher), Some(pid)) = (self.launcher.as_mut(), self.launched.take()) {
+            return launcher.terminate(pid, STOP_GRACE);
+        }
+        let Some(child) = self.child.take() else {
             return true;
         };
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + STOP_GRACE;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(POLL_INTERVAL);
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        false
+        super::terminate_child(child, STOP_GRACE)
     }
 
     /// Every mount below the plugin's temporary directory, deepest first.

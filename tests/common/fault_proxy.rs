@@ -88,6 +88,10 @@ pub enum Fault {
     /// and `after` body bytes, then a clean close (FIN). Bodies of at most `after` bytes
     /// pass intact and are not counted as faults.
     Truncate { after: u64 },
+    /// Forwarded, so the server carries the request out; its answer is held from the client
+    /// for `duration` (`None`: until the plan changes), then sent. A client killed meanwhile
+    /// never learns that its request landed.
+    StallAnswer { duration: Option<Duration> },
 }
 
 impl Fault {
@@ -129,6 +133,7 @@ impl Fault {
             Fault::Stall { .. } => 3,
             Fault::StallMidBody { .. } => 4,
             Fault::Truncate { .. } => 5,
+            Fault::StallAnswer { .. } => 6,
         }
     }
 }
@@ -317,6 +322,7 @@ pub struct ProxyStats {
     pub stalls: u64,
     pub stalls_mid_body: u64,
     pub truncations: u64,
+    pub stalled_answers: u64,
 }
 
 impl ProxyStats {
@@ -328,6 +334,7 @@ impl ProxyStats {
             + self.stalls
             + self.stalls_mid_body
             + self.truncations
+            + self.stalled_answers
     }
 }
 
@@ -470,6 +477,7 @@ impl FaultProxy {
             stalls: get(&c.faults[3]),
             stalls_mid_body: get(&c.faults[4]),
             truncations: get(&c.faults[5]),
+            stalled_answers: get(&c.faults[6]),
         }
     }
 
@@ -568,7 +576,7 @@ struct Counters {
     connections: AtomicU64,
     requests: AtomicU64,
     forwarded: AtomicU64,
-    faults: [AtomicU64; 6],
+    faults: [AtomicU64; 7],
 }
 
 /// Clones of every open socket, so `down` and drop can shut them from outside.
@@ -935,6 +943,13 @@ impl Conn<'_> {
                 None => return Err(io::Error::other("bad status line from the server")),
             }
         };
+        if let Some(held @ Fault::StallAnswer { duration }) = mid_body {
+            shared.count(&held);
+            if !shared.hold(duration) {
+                *upstream = None;
+                return Ok(Next::Close);
+            }
+        }
         client.stream.write_all(&response.raw)?;
         let framing = response_framing(req, &response);
 

@@ -9,7 +9,9 @@ pub mod app;
 pub mod csi;
 pub mod fault_proxy;
 pub mod garage;
+pub mod holder;
 pub mod kube_api;
+pub mod launcher;
 pub mod mount;
 
 pub use garage::{Garage, http_get};
@@ -188,4 +190,21 @@ pub fn spawn_endless_writer(path: std::path::PathBuf) -> std::thread::JoinHandle
             }
         }
     })
+}
+
+/// Sends `child` SIGTERM by its PID and waits up to `grace` for it to exit; SIGKILLs and reaps
+/// it if it does not. Returns whether it exited by itself.
+pub fn terminate_child(mut child: std::process::Child, grace: std::time::Duration) -> bool {
+    // SAFETY: kill(2) on our own child, not reaped yet, so its PID cannot have been reused.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
 }

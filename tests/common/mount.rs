@@ -137,19 +137,59 @@ impl MsfsMount {
             "take_over needs the previous process gone"
         );
         self.spawn(&["--takeover"])?;
-        let deadline = Instant::now() + MOUNT_TIMEOUT;
         // The daemon's "mounted" line (text logs: `msfs::daemon: mounted mountpoint=…`).
-        while !self.stdout_text().contains(": mounted") {
+        self.wait_for_line(": mounted", "serve the mount again")
+    }
+
+    /// An upgrade while msfs serves: starts `msfs mount --takeover` beside it, waits until that
+    /// one waits to succeed it, sends the running one SIGTERM and waits until the successor
+    /// serves. Returns the old process's exit status and its output (stdout: the text logs).
+    /// The old process's output files are renamed aside first (it writes on into them).
+    pub fn upgrade(&mut self) -> Result<(ExitStatus, String), String> {
+        let mut old = self.child.take().ok_or("upgrade needs a running msfs")?;
+        let old_pid = self.pid;
+        let old_stdout = self.stdout_path.with_extension(format!("stdout.{old_pid}"));
+        let old_stderr = self.stderr_path.with_extension(format!("stderr.{old_pid}"));
+        std::fs::rename(&self.stdout_path, &old_stdout).map_err(|e| format!("rename: {e}"))?;
+        std::fs::rename(&self.stderr_path, &old_stderr).map_err(|e| format!("rename: {e}"))?;
+        let old_output = || format!("{}{}", read_lossy(&old_stdout), read_lossy(&old_stderr));
+        self.spawn(&["--takeover"])?;
+        self.wait_for_line("waiting to succeed", "wait to succeed the running msfs")?;
+        // SAFETY: kill(2) has no memory-safety preconditions; `old` is not reaped yet.
+        unsafe { libc::kill(old_pid as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let status = loop {
+            if let Some(status) = old.try_wait().map_err(|e| format!("wait: {e}"))? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = old.kill();
+                let _ = old.wait();
+                return Err(format!(
+                    "the old msfs did not exit within {STOP_TIMEOUT:?} of SIGTERM:\n{}",
+                    old_output()
+                ));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        };
+        self.wait_for_line(": mounted", "serve after the hand-over")?;
+        Ok((status, old_output()))
+    }
+
+    /// Waits until this mount's msfs logs a line containing `text`.
+    fn wait_for_line(&mut self, text: &str, what: &str) -> Result<(), String> {
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        while !self.stdout_text().contains(text) {
             if let Some(status) = self.try_reap() {
                 return Err(format!(
-                    "msfs --takeover exited ({status}); stderr:\n{}\nstdout:\n{}",
+                    "msfs exited ({status}) before it could {what}; stderr:\n{}\nstdout:\n{}",
                     self.stderr_text(),
                     self.stdout_text()
                 ));
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "msfs --takeover did not serve within {MOUNT_TIMEOUT:?}; stdout:\n{}",
+                    "msfs did not {what} within {MOUNT_TIMEOUT:?}; stdout:\n{}",
                     self.stdout_text()
                 ));
             }

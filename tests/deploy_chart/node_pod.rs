@@ -131,6 +131,14 @@ impl<'a> NodePod<'a> {
         ]
     }
 
+    /// The `msfs fd-holder` container (args starting with `fd-holder`), if the pod has one.
+    pub fn fd_holder(&self) -> Option<Container<'a>> {
+        seq(self.spec, "containers")
+            .iter()
+            .map(Container::new)
+            .find(|c| c.args.first().map(String::as_str) == Some("fd-holder"))
+    }
+
     pub fn volume(&self, name: &str) -> Option<&'a Value> {
         seq(self.spec, "volumes")
             .iter()

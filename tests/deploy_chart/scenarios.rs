@@ -160,6 +160,9 @@ pub const SCENARIOS: &[Scenario] = &[
         sets: &[
             "node.hostNetwork=true",
             "node.updateStrategy.type=RollingUpdate",
+            // Two pods of one node cannot share host ports: no surge on the host network.
+            "node.updateStrategy.rollingUpdate.maxSurge=0",
+            "node.updateStrategy.rollingUpdate.maxUnavailable=1",
             "node.maxVolumes=32",
             "logFormat=json",
         ],
@@ -193,6 +196,7 @@ pub const REFUSED_VALUES: &[(&[&str], &str)] = &[
     (&["logFormat=xml"], "logFormat"),
     (&["metrics.port=0"], "port"),
     (&["node.updateStrategy.type=Recreate"], "updateStrategy"),
+    (&["node.hostNetwork=true"], "maxSurge"),
     (&["examplePV.enabled=true"], "bucketName"),
     (
         &[

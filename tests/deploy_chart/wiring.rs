@@ -44,6 +44,7 @@ pub fn wiring(docs: &[Value], origin: &str) -> (Facts, Vec<String>) {
     let kubelet_dir = kubelet_dir(&pod, &driver_name, &registration, &mut out);
     mounts_reach_the_pods(&pod, &kubelet_dir, &mut out);
     state_dir_and_fuse(&pod, &mut out);
+    fd_holder(&pod, &mut out);
     argument_variables_and_node_id(&pod.plugin, &mut out);
     let node_config = node_config(docs, &pod, &mut out);
     cache_dir(&node_config, &pod, &mut out);
@@ -252,6 +253,46 @@ fn state_dir_and_fuse(pod: &NodePod, out: &mut Findings) {
         out.problem("the plugin does not mount the node's /dev/fuse");
     }
     out.fact("state dir on the node", state_host);
+}
+
+/// The plugin's `--fd-holder-socket` is the holder container's `--socket`, on the same node
+/// path for both, and names the pod (`$(POD_NAME)`, defined in both): in an upgrade the old
+/// and the new pod's holders run side by side in one directory.
+fn fd_holder(pod: &NodePod, out: &mut Findings) {
+    let Some(holder) = pod.fd_holder() else {
+        out.problem("no fd-holder container: a plugin restart would end every pod's mount");
+        return;
+    };
+    let (Some(theirs), Some(ours)) = (holder.flag("socket"), pod.plugin.flag("fd-holder-socket"))
+    else {
+        out.problem("the fd holder's --socket or the plugin's --fd-holder-socket is missing");
+        return;
+    };
+    if theirs != ours {
+        out.problem(format!(
+            "the plugin's --fd-holder-socket {ours} is not the holder's --socket {theirs}"
+        ));
+    }
+    if pod.host_path(&holder, &theirs) != pod.host_path(&pod.plugin, &ours) {
+        out.problem("the fd holder's socket and the plugin's are not one path on the node");
+    }
+    if !ours.contains("$(POD_NAME)") {
+        out.problem(format!(
+            "--fd-holder-socket {ours} does not name the pod: two pods' holders would collide"
+        ));
+    }
+    for container in [&holder, &pod.plugin] {
+        let from = container
+            .env("POD_NAME")
+            .map(|v| str_at(v, "valueFrom.fieldRef.fieldPath"));
+        if from != Some(Some("metadata.name")) {
+            out.problem(format!(
+                "container {} has no POD_NAME from metadata.name",
+                container.name
+            ));
+        }
+    }
+    out.fact("fd holder socket", ours);
 }
 
 /// $(VAR) in the plugin's arguments must be defined, or kubelet passes it literally; the node

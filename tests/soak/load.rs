@@ -1,6 +1,7 @@
-//! The load itself: readers over the seeded volumes and writers in their own directories, all
-//! running until the deadline while the sampler watches the daemon — with a watchdog, because a
-//! hung mount would otherwise hang the test instead of failing it.
+//! The load itself: readers over the seeded volumes and writers in their own directories (and,
+//! if asked, workers that hold their descriptors for the whole run), all running until the
+//! deadline while the sampler watches the daemon — with a watchdog, because a hung mount would
+//! otherwise hang the test instead of failing it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use super::rng::Rng;
 use super::sampler::{self, Sample, Sampler};
 use super::tally::Tally;
 use super::writer::Model;
-use super::{reader, writer};
+use super::{held, reader, writer};
 
 const READERS: usize = 8;
 /// How long after the deadline the workers may take to finish their last operation (a 40 MiB
@@ -28,6 +29,10 @@ pub struct Load {
     /// One writer per directory (which must not exist yet; the writer creates it). The readers
     /// list them too.
     pub writer_dirs: Vec<PathBuf>,
+    /// How many held readers (`held.rs`) read all the volumes through descriptors opened once.
+    pub held_readers: usize,
+    /// One held writer per directory (created by it, as for `writer_dirs`).
+    pub held_writer_dirs: Vec<PathBuf>,
     /// The process to sample.
     pub pid: u32,
     pub duration: Duration,
@@ -45,12 +50,15 @@ pub struct Outcome {
     pub tally: Arc<Tally>,
     /// What each writer's directory must hold, in `writer_dirs` order.
     pub models: Vec<Model>,
+    /// What each held writer's directory must hold, in `held_writer_dirs` order.
+    pub held_models: Vec<Model>,
     pub samples: Vec<Sample>,
 }
 
 enum Done {
     Reader,
     Writer(usize, Model),
+    HeldWriter(usize, Model),
 }
 
 pub fn run(load: Load) -> Outcome {
@@ -62,7 +70,9 @@ pub fn run(load: Load) -> Outcome {
     let volumes = Arc::new(load.volumes);
     let (done, finished) = mpsc::channel();
     let mut running = Vec::new();
-    let busy_dirs = Arc::new(load.writer_dirs.clone());
+    let mut busy_dirs = load.writer_dirs.clone();
+    busy_dirs.extend(load.held_writer_dirs.iter().cloned());
+    let busy_dirs = Arc::new(busy_dirs);
     for r in 0..READERS {
         let (volumes, busy_dirs) = (volumes.clone(), busy_dirs.clone());
         let (tally, done) = (tally.clone(), done.clone());
@@ -80,14 +90,33 @@ pub fn run(load: Load) -> Outcome {
             let _ = done.send(Done::Writer(w, model));
         }));
     }
+    for r in 0..load.held_readers {
+        let volumes = volumes.clone();
+        let (tally, done) = (tally.clone(), done.clone());
+        let rng = Rng::for_worker(load.seed, 2000 + r as u64);
+        running.push(spawn(format!("soak-held-reader-{r}"), move || {
+            held::reader(&volumes, &tally, rng);
+            let _ = done.send(Done::Reader);
+        }));
+    }
+    for (w, dir) in load.held_writer_dirs.into_iter().enumerate() {
+        let (tally, done) = (tally.clone(), done.clone());
+        let rng = Rng::for_worker(load.seed, 3000 + w as u64);
+        running.push(spawn(format!("soak-held-writer-{w}"), move || {
+            let model = held::writer(dir, &tally, rng);
+            let _ = done.send(Done::HeldWriter(w, model));
+        }));
+    }
     drop(done);
 
     let mut models = Vec::new();
+    let mut held_models = Vec::new();
     let deadline = started + load.duration + GRACE;
     for _ in 0..running.len() {
         match finished.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Done::Reader) => {}
             Ok(Done::Writer(w, model)) => models.push((w, model)),
+            Ok(Done::HeldWriter(w, model)) => held_models.push((w, model)),
             Err(e) => {
                 tally.stop();
                 let why = match e {
@@ -111,6 +140,7 @@ pub fn run(load: Load) -> Outcome {
         thread.join().expect("a worker panicked after reporting");
     }
     models.sort_by_key(|(w, _)| *w);
+    held_models.sort_by_key(|(w, _)| *w);
     Outcome {
         pid: load.pid,
         started,
@@ -118,6 +148,7 @@ pub fn run(load: Load) -> Outcome {
         before,
         tally,
         models: models.into_iter().map(|(_, m)| m).collect(),
+        held_models: held_models.into_iter().map(|(_, m)| m).collect(),
         samples: sampler.finish(),
     }
 }

@@ -7,6 +7,7 @@
 //! disturbs.
 
 use std::collections::BTreeSet;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -25,7 +26,9 @@ const STATS_PER_LISTING: usize = 8;
 pub fn run(volumes: &[Volume], busy_dirs: &[PathBuf], tally: &Tally, mut rng: Rng) {
     while tally.running() {
         if !busy_dirs.is_empty() && rng.chance(8) {
-            if let Err(e) = list_busy(&busy_dirs[rng.index(busy_dirs.len())]) {
+            let dir = &busy_dirs[rng.index(busy_dirs.len())];
+            let listed = tally.reader_call(|| format!("list {}", dir.display()), || list_busy(dir));
+            if let Err(e) = listed {
                 tally.error(e);
             }
             tally.add_ops(1);
@@ -48,7 +51,10 @@ pub fn run(volumes: &[Volume], busy_dirs: &[PathBuf], tally: &Tally, mut rng: Rn
                 }
             },
             78..90 => end_of_file(volume, file, direct, &mut rng, tally),
-            _ => listing(volume, &mut rng),
+            _ => tally.reader_call(
+                || format!("list a seed directory of {}", volume.root.display()),
+                || listing(volume, &mut rng),
+            ),
         };
         if let Err(e) = result {
             tally.error(e);
@@ -67,11 +73,11 @@ fn whole(
 ) -> Result<(), String> {
     let path = volume.root.join(&file.path);
     let what = describe(&path, direct);
-    let f = open_read(&path, direct).map_err(|e| format!("open {what}: {e}"))?;
+    let f = open(tally, &path, &what, direct)?;
     let mut buf = vec![0u8; rng.range(4 * KIB, MIB + 1) as usize];
     let mut offset = 0u64;
     loop {
-        let n = read_full_at(&f, &mut buf, offset)
+        let n = read(tally, &f, &what, &mut buf, offset)
             .map_err(|e| format!("read {what} at {offset}: {e}"))?;
         check(tally, &what, file, offset, &buf[..n]);
         offset += n as u64;
@@ -96,7 +102,7 @@ fn ranges(
 ) -> Result<(), String> {
     let path = volume.root.join(&file.path);
     let what = describe(&path, direct);
-    let f = open_read(&path, direct).map_err(|e| format!("open {what}: {e}"))?;
+    let f = open(tally, &path, &what, direct)?;
     for _ in 0..count {
         let offset = rng.range(0, file.size + 1);
         let len = match rng.range(0, 10) {
@@ -105,7 +111,7 @@ fn ranges(
             _ => rng.range(256 * KIB, 3 * MIB),
         };
         let mut buf = vec![0u8; len as usize];
-        let n = read_full_at(&f, &mut buf, offset)
+        let n = read(tally, &f, &what, &mut buf, offset)
             .map_err(|e| format!("read {what} [{offset}, +{len}): {e}"))?;
         let expected = len.min(file.size - offset);
         if n as u64 != expected {
@@ -129,9 +135,9 @@ fn end_of_file(
 ) -> Result<(), String> {
     let path = volume.root.join(&file.path);
     let what = describe(&path, direct);
-    let f = open_read(&path, direct).map_err(|e| format!("open {what}: {e}"))?;
+    let f = open(tally, &path, &what, direct)?;
     let mut buf = vec![0u8; 8192];
-    let n = read_full_at(&f, &mut buf, file.size)
+    let n = read(tally, &f, &what, &mut buf, file.size)
         .map_err(|e| format!("read {what} at its end: {e}"))?;
     if n != 0 {
         return Err(format!(
@@ -141,7 +147,7 @@ fn end_of_file(
     }
     let tail = rng.range(1, 4097).min(file.size);
     let offset = file.size - tail;
-    let n = read_full_at(&f, &mut buf, offset)
+    let n = read(tally, &f, &what, &mut buf, offset)
         .map_err(|e| format!("read {what} across its end: {e}"))?;
     if n as u64 != tail {
         return Err(format!(
@@ -214,7 +220,29 @@ fn list_busy(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn check(tally: &Tally, what: &str, file: &SeedFile, offset: u64, got: &[u8]) {
+/// Opens `path` for reading, timed.
+pub fn open(tally: &Tally, path: &Path, what: &str, direct: bool) -> Result<File, String> {
+    tally
+        .reader_call(|| format!("open {what}"), || open_read(path, direct))
+        .map_err(|e| format!("open {what}: {e}"))
+}
+
+/// Fills `buf` from `offset` of `file` (short only at its end), timed.
+pub fn read(
+    tally: &Tally,
+    file: &File,
+    what: &str,
+    buf: &mut [u8],
+    offset: u64,
+) -> std::io::Result<usize> {
+    let len = buf.len();
+    tally.reader_call(
+        || format!("read {len} bytes at {offset} of {what}"),
+        || read_full_at(file, buf, offset),
+    )
+}
+
+pub fn check(tally: &Tally, what: &str, file: &SeedFile, offset: u64, got: &[u8]) {
     tally
         .bytes_read
         .fetch_add(got.len() as u64, Ordering::Relaxed);
@@ -225,7 +253,7 @@ fn check(tally: &Tally, what: &str, file: &SeedFile, offset: u64, got: &[u8]) {
     }
 }
 
-fn describe(path: &Path, direct: bool) -> String {
+pub fn describe(path: &Path, direct: bool) -> String {
     let how = if direct { " (O_DIRECT)" } else { "" };
     format!("{}{how}", path.display())
 }

@@ -40,8 +40,11 @@
 //! `msfs-spill` directory of a dead process (the same liveness rule: nobody locks it), every
 //! file recorded for that store id whose key the caller claims is moved into this process's
 //! directory, rebuilt as a dirty file, and committed in the background. Files of stores not
-//! built yet stay where they are for a later pass; a dead directory goes once empty.
+//! built yet stay where they are for a later pass; a dead directory goes once empty. A
+//! recovered file's base is checked against the store before its first commit ([`landed`]):
+//! the killed process's last commit may have landed without its record.
 
+mod landed;
 mod record;
 mod recover;
 
@@ -55,6 +58,7 @@ use std::time::SystemTime;
 use super::WriteError;
 use super::file::State;
 
+pub(super) use landed::check_base;
 pub(super) use record::{Header, Record};
 pub(super) use recover::recover;
 
@@ -281,6 +285,15 @@ pub(super) fn log_commit(state: &mut State, clean: bool) -> Leftover {
         });
     }
     Leftover::default()
+}
+
+/// Records the file's unreported commit failure as it is now (set, or reported and cleared),
+/// so that the next process's fsync reports it as this one's would have.
+pub(super) fn log_failure(state: &mut State) {
+    let failure = state.failure.clone();
+    if let Some(log) = &mut state.log {
+        log.append_or_break(&Record::Failure(failure));
+    }
 }
 
 /// Records an mtime set by the application (nothing to record for a file without a log: its

@@ -78,6 +78,9 @@ pub(in crate::write) enum Record {
         base_len: u64,
         clean: bool,
     },
+    /// A background commit failed with this message, not reported yet (`Some`), or the
+    /// failure was reported by an fsync (`None`): what the next process's fsync reports.
+    Failure(Option<String>),
 }
 
 const TAG_HEADER: u8 = b'H';
@@ -85,6 +88,7 @@ const TAG_WRITE: u8 = b'W';
 const TAG_TRUNCATE: u8 = b'T';
 const TAG_MTIME: u8 = b'M';
 const TAG_COMMITTED: u8 = b'C';
+const TAG_FAILURE: u8 = b'F';
 
 impl Record {
     /// The record as appended: `len | crc32(body) | body`, then the body (little-endian
@@ -134,6 +138,16 @@ impl Record {
                 put_version(&mut body, base);
                 put_u64(&mut body, *base_len);
                 body.push(u8::from(*clean));
+            }
+            Record::Failure(failure) => {
+                body.push(TAG_FAILURE);
+                match failure {
+                    Some(message) => {
+                        body.push(1);
+                        put_str(&mut body, message);
+                    }
+                    None => body.push(0),
+                }
             }
         }
         let mut frame = Vec::with_capacity(FRAME_HEAD + body.len());
@@ -192,6 +206,11 @@ impl Record {
                     _ => return None,
                 },
             },
+            TAG_FAILURE => Record::Failure(match r.u8()? {
+                0 => None,
+                1 => Some(r.string()?),
+                _ => return None,
+            }),
             _ => return None,
         };
         r.0.is_empty().then_some(record)
@@ -323,12 +342,15 @@ pub(in crate::write) struct Replayed {
     pub changed: bool,
     /// Bytes of whole records: where the next one is to be appended.
     pub valid_len: u64,
+    /// A background commit's failure no fsync reported (cleared by a commit that landed).
+    pub failure: Option<String>,
 }
 
 /// What a log holds.
 #[derive(Debug, PartialEq, Eq)]
 pub(in crate::write) enum Parsed {
-    File(Replayed),
+    /// Boxed: a replayed file is large beside the other answers.
+    File(Box<Replayed>),
     /// No whole header: the file was killed while being created, before any write returned.
     Torn,
     /// A header of another format (another msfs version's): left alone.
@@ -352,6 +374,7 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
         dirty: Extents::new(),
         changed: false,
         valid_len,
+        failure: None,
     };
     for record in records {
         match record {
@@ -371,6 +394,7 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
                 file.changed = true;
             }
             Record::Mtime(mtime) => file.now.mtime = mtime,
+            Record::Failure(failure) => file.failure = failure,
             Record::Committed {
                 base,
                 base_len,
@@ -378,6 +402,8 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
             } => {
                 file.now.base = Some(base);
                 file.now.base_len = base_len.min(file.now.size);
+                // As in the live state: a commit that lands clears an unreported failure.
+                file.failure = None;
                 if clean {
                     file.dirty = Extents::new();
                     file.changed = false;
@@ -385,7 +411,7 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
             }
         }
     }
-    Parsed::File(file)
+    Parsed::File(Box::new(file))
 }
 
 /// Whether `log` starts with a whole, checked header frame of another format.
@@ -429,7 +455,7 @@ mod tests {
 
     fn replayed(log: &[u8]) -> Replayed {
         match replay(log) {
-            Parsed::File(file) => file,
+            Parsed::File(file) => *file,
             other => panic!("not a file: {other:?}"),
         }
     }
@@ -462,6 +488,8 @@ mod tests {
                 base_len: 3,
                 clean: true,
             },
+            Record::Failure(Some("AccessDenied: no".into())),
+            Record::Failure(None),
         ];
         let log = log_of(&all);
         let (read, len) = records(&log);
@@ -494,6 +522,32 @@ mod tests {
         assert_eq!(file.now.mtime, at(4));
         assert!(file.changed);
         assert_eq!(file.valid_len, log.len() as u64);
+    }
+
+    #[test]
+    fn an_unreported_failure_is_replayed_until_an_fsync_reports_it_or_a_commit_lands() {
+        let write = Record::Write {
+            range: 0..10,
+            mtime: SystemTime::UNIX_EPOCH,
+        };
+        let failed = Record::Failure(Some("SlowDown".into()));
+        let landed = Record::Committed {
+            base: header().base.expect("base"),
+            base_len: 10,
+            clean: false,
+        };
+        let failure = |records: &[Record]| {
+            let mut all = vec![Record::Header(header()), write.clone()];
+            all.extend_from_slice(records);
+            replayed(&log_of(&all)).failure
+        };
+        assert_eq!(
+            failure(std::slice::from_ref(&failed)),
+            Some("SlowDown".into())
+        );
+        assert_eq!(failure(&[failed.clone(), Record::Failure(None)]), None);
+        assert_eq!(failure(&[failed.clone(), landed.clone()]), None);
+        assert_eq!(failure(&[landed, failed]), Some("SlowDown".into()));
     }
 
     #[test]

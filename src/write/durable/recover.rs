@@ -154,7 +154,7 @@ fn scan(parent: &Path, store_id: &str) -> (Vec<Abandoned>, Vec<Found>) {
                 }
                 Parsed::File(file) => found.push(Found {
                     dir: path,
-                    file,
+                    file: *file,
                     last_change,
                 }),
                 Parsed::Torn => {
@@ -246,6 +246,9 @@ fn rebuild(inner: &Inner, adopted: Adopted) -> Option<Arc<DirtyFile>> {
         state.low_water = replayed.now.size;
         state.mtime = replayed.now.mtime;
         state.dirty = replayed.dirty;
+        state.failure = replayed.failure;
+        // The killed process's last commit may have landed unrecorded (`landed`).
+        state.check_base = state.base.is_some();
         state.spill = Some(Arc::new(data));
         state.log = Some(log);
         // Dirty, whatever it was based on.

@@ -74,6 +74,7 @@ pub use crate::reply::ReplyStatfs;
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
+pub use crate::handoff::HandOff;
 pub use crate::session::BackgroundSession;
 use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
@@ -88,6 +89,7 @@ mod dev_fuse;
 #[cfg(feature = "experimental")]
 pub mod experimental;
 mod forget_one;
+mod handoff;
 mod ll;
 mod mnt;
 mod notify;

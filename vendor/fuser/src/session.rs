@@ -33,6 +33,7 @@ use crate::Request;
 use crate::channel::Channel;
 use crate::channel::ChannelSender;
 use crate::dev_fuse::DevFuse;
+use crate::handoff::HandOff;
 use crate::ll;
 use crate::ll::Operation;
 use crate::ll::ResponseErrno;
@@ -139,6 +140,8 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// msfs: the switch that stops dispatching for a hand-off to another process.
+    handoff: HandOff,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            handoff: HandOff::default(),
         };
 
         session.handshake()?;
@@ -214,6 +218,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            handoff: HandOff::default(),
         };
 
         session.handshake()?;
@@ -243,7 +248,14 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            handoff: HandOff::default(),
         }
+    }
+
+    /// msfs: the switch that stops this session dispatching requests, so that another
+    /// process can serve its connection (see [`HandOff`]).
+    pub fn hand_off(&self) -> HandOff {
+        self.handoff.clone()
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -277,6 +289,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            handoff,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -323,6 +336,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                handoff: handoff.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -543,6 +557,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// msfs: once handing off, requests are left to the next server.
+    pub(crate) handoff: HandOff,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -555,24 +571,30 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
-                    // Dispatch request
-                    Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                            req.reply::<ReplyEmpty>().ok();
-                            return Ok(());
-                        } else {
-                            req.dispatch(self)
+                Ok(size) => {
+                    // msfs: read after a hand-off began: left unanswered, for the next server.
+                    let Some(_dispatching) = self.handoff.admit(&buf[..size]) else {
+                        continue;
+                    };
+                    match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                        // Dispatch request
+                        Some(req) => {
+                            if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                                req.reply::<ReplyEmpty>().ok();
+                                return Ok(());
+                            } else {
+                                req.dispatch(self)
+                            }
+                        }
+                        // Quit loop on illegal request
+                        None => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "Invalid request",
+                            ));
                         }
                     }
-                    // Quit loop on illegal request
-                    None => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "Invalid request",
-                        ));
-                    }
-                },
+                }
                 Err(nix::errno::Errno::ENODEV) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }

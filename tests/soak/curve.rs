@@ -15,6 +15,10 @@ const REPORT_ENV: &str = "MSFS_SOAK_REPORT";
 /// their working size, the allocator settles into its arenas. (The RSS check compares the middle
 /// and last thirds, both past it.)
 const WARM_UP: f64 = 0.2;
+/// ... and at least this long: pools take the same time to reach their working size in a short
+/// run as in a long one (in a 60 s run the blocking pool reached its plateau of ~20 threads
+/// at 15–25 s, after the first fifth, and stayed flat to the end).
+const WARM_UP_MIN_SECS: f64 = 30.0;
 /// How much the last third's RSS peak may exceed the middle third's. A leak grows with the work
 /// done, and the last third does as much work as the middle one, so a leak shows up as its whole
 /// per-third growth on top of the middle peak. In a 10-minute run on a 2-core VM each third
@@ -53,7 +57,7 @@ pub fn growth(samples: &[Sample], end: &Sample, run: Duration) -> Vec<String> {
             .copied()
             .collect()
     };
-    let mut warm_up = between(0.0, WARM_UP);
+    let mut warm_up = between(0.0, WARM_UP.max(WARM_UP_MIN_SECS / run));
     if warm_up.is_empty() {
         warm_up.extend(samples.first().copied());
     }

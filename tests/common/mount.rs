@@ -329,6 +329,12 @@ impl MsfsMount {
 
 impl Drop for MsfsMount {
     fn drop(&mut self) {
+        // Nobody serves a mount whose msfs is gone but whose connection an fd holder keeps (a
+        // test that failed between a kill and a takeover): whatever waits in it would wait
+        // forever, detached or not. Aborted, its callers fail and the holder lets go.
+        if self.try_reap().is_some() && is_mounted(&self.mountpoint) {
+            let _ = abort_fuse_connection(&self.mountpoint);
+        }
         if is_mounted(&self.mountpoint) {
             lazy_umount(&self.mountpoint);
             let deadline = Instant::now() + DROP_GRACE;

@@ -13,8 +13,9 @@ set -euo pipefail
 
 GARAGE_VERSION="2.5.0"
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config protobuf-compiler util-linux rsync)
-# Only for the conformance run, not for building msfs (so not in the Dockerfile's builder).
-CONFORMANCE_APT_PACKAGES=(libacl1-dev curl)
+# Only for the tests (the conformance run; pip for moto and grpcio), not for building msfs (so
+# not in the Dockerfile's builder).
+CONFORMANCE_APT_PACKAGES=(libacl1-dev curl python3-pip)
 
 log() { echo "install-test-deps: $*"; }
 
@@ -131,6 +132,22 @@ else
     log "pip install 'moto[server]' (STS for the CSI credential tests)"
     # Debian's system Python refuses plain pip installs (PEP 668).
     "$pip_cmd" install 'moto[server]' || "$pip_cmd" install --break-system-packages 'moto[server]'
+fi
+
+# --- grpcio (a Python gRPC client, gRPC's C core, against the CSI socket: tests/csi_node.rs) ---
+# A module, not a command: installed for, and checked with, the python3 the tests run.
+GRPCIO_VERSION="1.85.1"
+if python3 -c 'import grpc' >/dev/null 2>&1; then
+    log "grpcio already installed: $(python3 -c 'import grpc; print(grpc.__version__)')"
+else
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        log "pip not found for python3: install python3-pip, then pip install 'grpcio==${GRPCIO_VERSION}'" >&2
+        exit 1
+    fi
+    log "pip install 'grpcio==${GRPCIO_VERSION}' (the Python gRPC client of the CSI tests)"
+    # Debian's system Python refuses plain pip installs (PEP 668).
+    python3 -m pip install "grpcio==${GRPCIO_VERSION}" ||
+        python3 -m pip install --break-system-packages "grpcio==${GRPCIO_VERSION}"
 fi
 log "done"
 

@@ -1,8 +1,10 @@
 //! msfs: mounts S3 and S3-compatible buckets as a filesystem.
 //!
-//! Layers, top to bottom (see ARCHITECTURE.md): `fuse` (kernel adapter) → `fs` (POSIX view) →
-//! `cache` (the read seam) and `write` (the write engine) → `store` (object stores). `config` parses the configuration once;
-//! `daemon` runs one mount; `engines` holds what all mounts of a process share.
+//! Layers, top to bottom (see docs/ARCHITECTURE.md): `fuse` (kernel adapter) → `fs` (POSIX
+//! view) → `cache` (the read seam), `write` (the write engine) and `manifest` (namespace
+//! snapshots) → `store` (object stores). `config` parses the configuration once; `daemon` runs
+//! one mount and `csi` the node plugin's; `holder` keeps FUSE connections alive across them;
+//! `engines` holds what all mounts of a process share.
 
 pub mod cache;
 pub mod config;

@@ -62,8 +62,9 @@ enum Command {
         #[arg(long, env = "MSFS_STATE_DIR")]
         state_dir: Option<PathBuf>,
         /// Serve without an fd holder: the mount then ends with the process, as with other
-        /// FUSE filesystems.
-        #[arg(long)]
+        /// FUSE filesystems. `MSFS_NO_FD_HOLDER=1` does the same for `mount.msfs` and fstab
+        /// mounts, which pass no flags through.
+        #[arg(long, env = "MSFS_NO_FD_HOLDER", value_parser = clap::builder::FalseyValueParser::new())]
         no_fd_holder: bool,
     },
     /// Parse and validate a configuration file, print what it mounts, and exit.
@@ -218,8 +219,10 @@ fn abort_uploads(
     let older_than = std::time::Duration::from_secs(older_than_hours.saturating_mul(3600));
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
+        // One retry budget for the command, as for a daemon.
+        let retry_budget = Default::default();
         for backend in backends {
-            let store = msfs::store::open_store(backend)
+            let store = msfs::store::open_store(backend, &retry_budget)
                 .await
                 .map_err(|e| format!("backend {}: {e}", backend.dir_name))?;
             let uploads = msfs::write::abort_stale_uploads(
@@ -280,7 +283,7 @@ fn generate_manifest(args: GenerateManifestArgs) -> Result<(), String> {
     };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let store = msfs::store::open_store(listing)
+        let store = msfs::store::open_store(listing, &Default::default())
             .await
             .map_err(|e| format!("backend {}: {e}", listing.dir_name))?;
         let started = std::time::Instant::now();

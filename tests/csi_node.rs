@@ -108,6 +108,11 @@ async fn publish_read_write_unpublish_with_secret_credentials() {
     .await
     .unwrap_or_else(|e| panic!("publish: {e}\n{}", plugin.log_text()));
     assert!(mounted(&target), "nothing mounted at the target");
+    assert_eq!(
+        common::mount::mount_fstype(&target).as_deref(),
+        Some("fuse.msfs"),
+        "the volume's type, as `mount` and `df -T` in the pod show it"
+    );
     // The single backend without dirName is the volume's root.
     assert_eq!(
         std::fs::read_to_string(target.join("hello.txt")).expect("read"),
@@ -1001,4 +1006,170 @@ async fn unpublish_keeps_the_volume_until_its_writes_land() {
         garage.get_object("csi-pending", "unsaved.txt").await,
         b"must not be lost"
     );
+}
+
+/// A Python gRPC client (grpcio: gRPC's C core, as in many CSI tools) calling GetPluginInfo
+/// twice on each of two channels to `unix://SOCKET` (argv[1]); prints each answer as hex, one
+/// a line. On the first channel the C core sends the socket path, percent-encoded, as
+/// `:authority`; the second sends it as it is (`/…/csi.sock`), as grpc-java does. The second
+/// call of each channel names the authority by its HPACK table index.
+const GRPCIO_GET_PLUGIN_INFO: &str = r#"
+import sys
+import grpc
+
+socket_path = sys.argv[1][len("unix://"):]
+for options in ([], [("grpc.default_authority", socket_path)]):
+    with grpc.insecure_channel(sys.argv[1], options=options) as channel:
+        get_plugin_info = channel.unary_unary(
+            "/csi.v1.Identity/GetPluginInfo",
+            request_serializer=lambda _: b"",
+            response_deserializer=lambda answer: answer,
+        )
+        for _ in range(2):
+            print(get_plugin_info(None, timeout=20).hex())
+"#;
+
+fn from_hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex from the client"))
+        .collect()
+}
+
+#[test]
+fn python_grpcio_clients_sending_the_socket_path_as_authority_are_answered() {
+    use prost::Message;
+    use std::process::Command;
+
+    let grpcio = Command::new("python3").args(["-c", "import grpc"]).output();
+    match grpcio {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "grpcio is not installed for python3 ({}): run scripts/install-test-deps.sh",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => panic!("cannot run python3 ({e}): run scripts/install-test-deps.sh"),
+    }
+    let plugin = CsiPlugin::start();
+    let endpoint = format!("unix://{}", plugin.socket().display());
+    let out = Command::new("python3")
+        .args(["-c", GRPCIO_GET_PLUGIN_INFO, &endpoint])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "grpcio's GetPluginInfo on {endpoint} failed:\n{}\nplugin log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        plugin.log_text()
+    );
+    let answers: Vec<msfs::csi::proto::GetPluginInfoResponse> =
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| {
+                Message::decode(from_hex(line.trim()).as_slice()).expect("a GetPluginInfoResponse")
+            })
+            .collect();
+    assert_eq!(answers.len(), 4, "{answers:?}");
+    for info in answers {
+        assert_eq!(info.name, msfs::csi::DEFAULT_DRIVER_NAME);
+        assert_eq!(info.vendor_version, env!("CARGO_PKG_VERSION"));
+    }
+}
+
+/// What the kubelet passes for a pod of `team-a` running as ServiceAccount `plain`, for a
+/// volume with `authenticationSource: pod` and no `roleArn`; no store or STS is ever reached.
+fn pod_context_without_role() -> std::collections::HashMap<String, String> {
+    let tokens = serde_json::json!({"sts.amazonaws.com": {"token": "sa-token",
+        "expirationTimestamp": "2099-01-01T00:00:00Z"}});
+    map(&[
+        ("bucketName", "any"),
+        ("endpoint", "http://127.0.0.1:9"),
+        ("authenticationSource", "pod"),
+        ("stsEndpoint", "http://127.0.0.1:9"),
+        ("csi.storage.k8s.io/pod.name", "reader-0"),
+        (
+            "csi.storage.k8s.io/pod.uid",
+            "5d0c6b4e-0000-0000-0000-000000000002",
+        ),
+        ("csi.storage.k8s.io/pod.namespace", "team-a"),
+        ("csi.storage.k8s.io/serviceAccount.name", "plain"),
+        (
+            "csi.storage.k8s.io/serviceAccount.tokens",
+            &tokens.to_string(),
+        ),
+    ])
+}
+
+async fn publish_pod_volume(
+    node: &mut msfs::csi::proto::node_client::NodeClient<tonic::transport::Channel>,
+    target: &Path,
+) -> Result<tonic::Response<msfs::csi::proto::NodePublishVolumeResponse>, tonic::Status> {
+    node.node_publish_volume(publish_request(
+        "pv-k8s",
+        target,
+        pod_context_without_role(),
+        Default::default(),
+    ))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_client_is_set_up_at_first_need_once_and_again_after_a_failure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let path = kubeconfig.display().to_string();
+    // No configuration at all yet (and no in-cluster one, whatever the machine).
+    let plugin = CsiPlugin::start_with_env(
+        None,
+        &[],
+        &[
+            ("KUBECONFIG", &path),
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "not-a-port"),
+        ],
+    );
+    let ready = |plugin: &CsiPlugin| {
+        plugin
+            .log_text()
+            .matches("Kubernetes API client ready")
+            .count()
+    };
+    // Volumes that do not need the API do not set it up.
+    let mut node = plugin.node().await;
+    let target = plugin.target("pod-k8s", "pv-k8s");
+    let mut secret_context = pod_context_without_role();
+    secret_context.insert("authenticationSource".into(), "secret".into());
+    node.node_publish_volume(publish_request(
+        "pv-k8s",
+        &target,
+        secret_context,
+        map(&[("access_key_id", "a"), ("secret_access_key", "b")]),
+    ))
+    .await
+    .expect_err("nothing listens on the store's port");
+    assert_eq!(ready(&plugin), 0, "{}", plugin.log_text());
+
+    let status = publish_pod_volume(&mut node, &target)
+        .await
+        .expect_err("no configuration");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("no Kubernetes API configuration"),
+        "{status:?}"
+    );
+
+    // The failed setup is not kept: a kubeconfig that appears is used by the next publish.
+    let api = common::kube_api::KubeApi::start(&[("team-a", "plain", None)]);
+    api.write_kubeconfig(&kubeconfig);
+    for lookups in 1..=2 {
+        let status = publish_pod_volume(&mut node, &target)
+            .await
+            .expect_err("no role annotation");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("team-a/plain"), "{status:?}");
+        assert_eq!(api.requests().len(), lookups, "{:?}", api.requests());
+    }
+    // One client for every lookup of the plugin.
+    assert_eq!(ready(&plugin), 1, "{}", plugin.log_text());
+    assert!(!mounted(&target));
 }

@@ -36,6 +36,37 @@ fn umount_stops_the_daemon_with_exit_zero() {
 }
 
 #[test]
+fn a_mount_is_of_type_fuse_msfs_as_mount_and_df_show_it() {
+    let garage = seeded_garage();
+    let mut mount = MsfsMount::start(
+        &config_yaml(&[s3_backend_yaml("data", "life", "", &garage)]),
+        "yaml",
+    )
+    .expect("mount");
+    assert_eq!(
+        common::mount::mount_fstype(mount.path()).as_deref(),
+        Some("fuse.msfs"),
+        "the mount's type in /proc/self/mountinfo"
+    );
+    let df = Command::new("df")
+        .arg("--output=fstype")
+        .arg(mount.path())
+        .output()
+        .expect("df");
+    let df = String::from_utf8_lossy(&df.stdout);
+    assert_eq!(
+        df.lines().nth(1).map(str::trim),
+        Some("fuse.msfs"),
+        "df: {df}"
+    );
+    assert!(
+        mount.stop_with_umount().success(),
+        "{}",
+        mount.stderr_text()
+    );
+}
+
+#[test]
 fn sigterm_and_sigint_unmount_cleanly_with_exit_zero() {
     let garage = seeded_garage();
     for signal in [libc::SIGTERM, libc::SIGINT] {

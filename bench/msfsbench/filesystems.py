@@ -161,10 +161,11 @@ class Msfs(Filesystem):
 
     name = "msfs"
     BACKEND = "bench"  # msfs shows each backend as a directory under the mountpoint
+    EXTRA_ENV: dict[str, str] = {}  # for the daemon, beside the harness's own
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.config = self.work / "msfs.yaml"
+        self.config = self.work / f"{self.name}.yaml"
         self.helper = self.work / "bin" / "mount.msfs"  # mount.msfs is msfs under another name
 
     @property
@@ -203,7 +204,7 @@ class Msfs(Filesystem):
         self.helper.parent.mkdir(exist_ok=True)
         if not self.helper.is_symlink():
             self.helper.symlink_to(self.binaries.msfs)
-        env = {**os.environ, "MSFS_LOG_DIR": str(self.log_dir)}
+        env = {**os.environ, "MSFS_LOG_DIR": str(self.log_dir), **self.EXTRA_ENV}
         env.pop("MSFS_BINARY", None)
         run([self.helper, self.config, self.mountpoint], env=env, timeout=90)
         return self._daemon_pid()
@@ -215,6 +216,14 @@ class Msfs(Filesystem):
             if len(lines) > 1 and Path(lines[1].strip()) == self.mountpoint:
                 return int(lines[0])
         raise RuntimeError(f"mount.msfs left no pid file for {self.mountpoint} in {self.log_dir}")
+
+
+class MsfsWithoutHolder(Msfs):
+    """msfs without its fd holder (`MSFS_NO_FD_HOLDER=1`), and so without the kernel-state journal
+    a successor would restore: beside `msfs`, what surviving a crash (issue #19) costs."""
+
+    name = "msfs-no-holder"
+    EXTRA_ENV = {"MSFS_NO_FD_HOLDER": "1"}
 
 
 def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
@@ -380,4 +389,9 @@ def _yaml(value: object) -> str:
     return str(value)
 
 
-PEERS: dict[str, type[Filesystem]] = {"msfs": Msfs, "s3fs": S3fs, "rclone": Rclone}
+PEERS: dict[str, type[Filesystem]] = {
+    "msfs": Msfs,
+    "msfs-no-holder": MsfsWithoutHolder,
+    "s3fs": S3fs,
+    "rclone": Rclone,
+}

@@ -37,7 +37,8 @@ pub struct Config {
     pub virtual_dir_ttl: Duration,
     /// How long a created but not yet committed file is kept.
     pub virtual_file_ttl: Duration,
-    /// Period of the eviction / expiry sweep.
+    /// Period of the reference system's expiry sweep. Accepted and validated, read by nothing:
+    /// msfs has no sweep, entries expire when next looked at (README, Configuration).
     pub ttl_check_interval: Duration,
     pub cache: CacheConfig,
     /// Files at least this large are uploaded with multipart upload.
@@ -48,7 +49,9 @@ pub struct Config {
     pub write_dirty_limit_bytes: u64,
     /// Bytes commits in flight may hold in memory, process-wide (ours).
     pub write_buffer_limit_bytes: u64,
-    /// Memory budget for the whole process in bytes; 0 means no limit.
+    /// The reference system's process-wide memory budget (0: none). Accepted and validated,
+    /// read by nothing: msfs bounds memory where it is held (cache lines, dirty and buffered
+    /// write bytes), not by one limit.
     pub process_memory_limit: u64,
     /// Reload the config file this often, as if sent SIGHUP; `None` disables it.
     pub auto_sighup_interval: Option<Duration>,

@@ -22,7 +22,7 @@ use aws_sdk_sts::error::ProvideErrorMetadata;
 
 use super::attributes::TOKENS_KEY;
 use super::error::CsiError;
-use super::service_account::PodServiceAccount;
+use super::service_account::{KubeApi, PodServiceAccount};
 use crate::config::Secret;
 
 /// The token audience AWS STS expects (what the CSIDriver's `tokenRequests` must ask for).
@@ -144,12 +144,14 @@ impl AuthSettings {
         }
     }
 
-    /// The keys the volume's backends sign with; may call STS.
+    /// The keys the volume's backends sign with; may call STS, and the Kubernetes API through
+    /// `kube` (`pod` without `roleArn`).
     pub async fn resolve(
         &self,
         volume_id: &str,
         secrets: &HashMap<String, String>,
         context: &HashMap<String, String>,
+        kube: &KubeApi,
     ) -> Result<Keys, CsiError> {
         let base = match self.source {
             AuthSource::Anonymous => return Ok(Keys::Anonymous),
@@ -159,7 +161,7 @@ impl AuthSettings {
                     Some(role_arn) => role_arn.clone(),
                     None => {
                         let account = PodServiceAccount::from_context(context)?;
-                        let role_arn = account.role_arn().await?;
+                        let role_arn = account.role_arn(kube).await?;
                         tracing::info!(
                             volume_id,
                             service_account = %account,

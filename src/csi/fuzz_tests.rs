@@ -29,6 +29,7 @@ use super::proto::NodePublishVolumeRequest;
 use super::proto::VolumeCapability;
 use super::proto::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use super::request::publish_args;
+use super::service_account::KubeApi;
 use crate::config::Secret;
 
 const PODS_DIR: &str = "/var/lib/kubelet/pods";
@@ -457,7 +458,12 @@ fn validate(request: &NodePublishVolumeRequest) -> Result<(), TestCaseError> {
     let keys = match (auth.source, &auth.role_arn) {
         // No STS call on these paths: the real resolution, run to completion here.
         (AuthSource::Driver | AuthSource::Anonymous | AuthSource::Secret, None) => {
-            match futures::executor::block_on(auth.resolve(id, secrets, context)) {
+            match futures::executor::block_on(auth.resolve(
+                id,
+                secrets,
+                context,
+                &KubeApi::default(),
+            )) {
                 Ok(keys) => keys,
                 Err(error) => return check_refusal(error, request),
             }

@@ -330,6 +330,8 @@ async fn serve(
     };
     tracing::info!(socket = %socket.display(), driver = %options.driver_name,
         node_id = %options.node_id, "CSI plugin serving");
+    // A client that sends the socket's path as `:authority` (grpcio, grpc-java) is answered
+    // thanks to the vendored h2 (vendor/h2/MSFS-CHANGES.md).
     let served = tonic::transport::Server::builder()
         .add_service(proto::identity_server::IdentityServer::new(identity))
         .add_service(proto::controller_server::ControllerServer::new(

@@ -5,8 +5,8 @@
 //! The pod's namespace and ServiceAccount name come from the volume context, where the kubelet
 //! puts them when the CSIDriver sets `podInfoOnMount: true`. The API client is built on first
 //! use from `KUBECONFIG`, `~/.kube/config` or the plugin's own in-cluster ServiceAccount, and
-//! kept for the life of the process: a plugin whose volumes all name their `roleArn` never
-//! touches the API.
+//! kept for the life of the plugin ([`KubeApi`]): a plugin whose volumes all name their
+//! `roleArn` never touches the API.
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -27,10 +27,40 @@ pub const ROLE_ARN_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 /// and the kubelet retries; kube's own read timeout (about five minutes) is sized for watches.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The process's API client. Built lazily rather than passed in with the engines: only this
-/// lookup needs it, and only for some volumes. A failed setup is not kept, so a kubeconfig
-/// that appears later is picked up by the next publish.
-static CLIENT: OnceCell<Client> = OnceCell::const_new();
+/// The plugin's Kubernetes API client, one per plugin (kept by its `Volumes`), set up at its
+/// first lookup rather than at start: only this lookup needs it, and only for some volumes. A
+/// failed setup is not kept, so a kubeconfig that appears later is picked up by the next
+/// publish.
+#[derive(Default)]
+pub struct KubeApi {
+    client: OnceCell<Client>,
+}
+
+impl KubeApi {
+    /// The API client, set up on first use; `account` is the lookup it is for, named by a
+    /// failure.
+    async fn client(&self, account: &PodServiceAccount) -> Result<Client, CsiError> {
+        self.client
+            .get_or_try_init(|| async {
+                let config = Config::infer().await.map_err(|e| {
+                    account.unavailable(format!(
+                        "no Kubernetes API configuration (the plugin's in-cluster \
+                         ServiceAccount, KUBECONFIG or ~/.kube/config): {}",
+                        error_chain(&e)
+                    ))
+                })?;
+                tracing::info!(api = %config.cluster_url, "Kubernetes API client ready");
+                Client::try_from(config).map_err(|e| {
+                    account.unavailable(format!(
+                        "cannot set up the Kubernetes API client: {}",
+                        error_chain(&e)
+                    ))
+                })
+            })
+            .await
+            .cloned()
+    }
+}
 
 /// The ServiceAccount a volume's pod runs as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,9 +84,10 @@ impl PodServiceAccount {
     }
 
     /// The role ARN of the ServiceAccount's annotation, checked like a `roleArn` attribute.
-    pub async fn role_arn(&self) -> Result<String, CsiError> {
+    pub async fn role_arn(&self, kube: &KubeApi) -> Result<String, CsiError> {
         let lookup = async {
-            let api: Api<ServiceAccount> = Api::namespaced(client(self).await?, &self.namespace);
+            let api: Api<ServiceAccount> =
+                Api::namespaced(kube.client(self).await?, &self.namespace);
             api.get(&self.name).await.map_err(|e| self.lookup_error(&e))
         };
         let account = tokio::time::timeout(LOOKUP_TIMEOUT, lookup)
@@ -154,29 +185,6 @@ impl PodServiceAccount {
             denied,
         }
     }
-}
-
-/// The process's API client, set up on first use.
-async fn client(account: &PodServiceAccount) -> Result<Client, CsiError> {
-    CLIENT
-        .get_or_try_init(|| async {
-            let config = Config::infer().await.map_err(|e| {
-                account.unavailable(format!(
-                    "no Kubernetes API configuration (the plugin's in-cluster ServiceAccount, \
-                     KUBECONFIG or ~/.kube/config): {}",
-                    error_chain(&e)
-                ))
-            })?;
-            tracing::info!(api = %config.cluster_url, "Kubernetes API client ready");
-            Client::try_from(config).map_err(|e| {
-                account.unavailable(format!(
-                    "cannot set up the Kubernetes API client: {}",
-                    error_chain(&e)
-                ))
-            })
-        })
-        .await
-        .cloned()
 }
 
 /// One podInfoOnMount value, which must be a Kubernetes name: it becomes part of an API path.

@@ -21,6 +21,7 @@ use super::locks::VolumeLocks;
 use super::mounts;
 use super::proto::volume_capability::access_mode::Mode;
 use super::request::{PublishArgs, publish_args};
+use super::service_account::KubeApi;
 use super::state::PublishedState;
 use super::takeover::{self, HeldVolume};
 use crate::config::BackendConfig;
@@ -89,6 +90,8 @@ pub struct Volumes {
     /// What was published, on disk, for a restarted plugin.
     state: PublishedState,
     locks: VolumeLocks,
+    /// The Kubernetes API, for the role of a pod's ServiceAccount; connected at first use.
+    kube: KubeApi,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -121,10 +124,13 @@ async fn resolve_backends(
     args: &PublishArgs,
     secrets: &HashMap<String, String>,
     context: &HashMap<String, String>,
+    kube: &KubeApi,
 ) -> Result<(Vec<BackendConfig>, Option<SystemTime>), CsiError> {
     let auth = &args.attributes.auth;
     auth.check_request(secrets, context)?;
-    let keys = auth.resolve(&args.volume_id, secrets, context).await?;
+    let keys = auth
+        .resolve(&args.volume_id, secrets, context, kube)
+        .await?;
     let expires = match &keys {
         Keys::Static(k) => k.expires,
         _ => None,
@@ -156,6 +162,7 @@ impl Volumes {
             published: Mutex::new(HashMap::new()),
             state,
             locks: VolumeLocks::default(),
+            kube: KubeApi::default(),
         }
     }
 
@@ -330,7 +337,7 @@ impl Volumes {
         // Attributes first (cheap, no network), then credentials, then the stores.
         args.attributes
             .backend_configs(&args.volume_id, &args.overrides, &Keys::Anonymous)?;
-        let (configs, expires) = resolve_backends(&args, secrets, context).await?;
+        let (configs, expires) = resolve_backends(&args, secrets, context, &self.kube).await?;
         let backends = self.open_backends(&configs).await?;
 
         let target = args.target.clone();
@@ -468,7 +475,7 @@ impl Volumes {
         context: &HashMap<String, String>,
         credential_source: u64,
     ) -> Result<(), CsiError> {
-        let (configs, expires) = resolve_backends(args, secrets, context).await?;
+        let (configs, expires) = resolve_backends(args, secrets, context, &self.kube).await?;
         let fs = lock(&self.published)
             .get(&args.target)
             .map(|p| p.fs.clone());

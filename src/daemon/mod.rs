@@ -180,7 +180,9 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
     // Files closed without flush_on_close may still be committing: land them before exiting.
     for (target, error) in runtime.block_on(writes.drain()) {
         tracing::error!(backend = %target.backend, key = %target.key, error = %error,
-            "could not commit a written file before exiting; its data is lost");
+            "could not commit a written file before exiting; its bytes stay in the spill \
+            directory, and the next msfs mounting this bucket over the same cache_dir_path \
+            commits them");
     }
     if let Some(cache) = &engines_cache {
         tracing::info!(stats = ?cache.stats(), "cache at unmount");
@@ -254,7 +256,9 @@ pub(crate) async fn open_store_checked(
         source,
     };
     let store = InstrumentedStore::wrap(
-        open_store(config).await.map_err(fail)?,
+        open_store(config, metrics.retry_budget())
+            .await
+            .map_err(fail)?,
         &config.dir_name,
         metrics.clone(),
         config.trace_level,

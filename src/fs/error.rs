@@ -93,6 +93,45 @@ impl FsError {
             FsError::NotWritable => libc::EBADF,
         }
     }
+
+    /// Whether this is a failure of the store, the local disk or msfs itself, which someone
+    /// may have to look at (EIO, ESTALE, ETIMEDOUT, ENOSPC, EBADF), rather than the answer to
+    /// what the request asked: no such name, it exists, not empty, read-only, refused by the
+    /// store's permissions, too long, not supported. Decided by the errno the application
+    /// sees, so that one errno is always logged alike.
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self.errno(),
+            libc::EIO | libc::ESTALE | libc::ETIMEDOUT | libc::ENOSPC | libc::EBADF
+        )
+    }
+}
+
+/// The symbolic name of `errno` (`"ENOENT"`), for logs and metric labels: every errno msfs
+/// answers with has one; any other is `"other"`.
+pub fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::EBADF => "EBADF",
+        libc::EACCES => "EACCES",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::EXDEV => "EXDEV",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::EFBIG => "EFBIG",
+        libc::ENOSPC => "ENOSPC",
+        libc::EROFS => "EROFS",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ESTALE => "ESTALE",
+        _ => "other",
+    }
 }
 
 fn store_errno(source: &StoreError) -> i32 {

@@ -29,6 +29,7 @@ mod subtree;
 mod write_ops;
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 
 pub use backend::{Backend, BackendSettings};
-pub use error::FsError;
+pub use error::{FsError, errno_name};
 pub use inode::ROOT_INO;
 pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};
@@ -89,6 +90,52 @@ pub struct Attr {
     pub gid: u32,
     /// Links to it: 2 for a directory, 1 for a file, 0 for a file unlinked while open.
     pub nlink: u32,
+}
+
+/// The block size `stat` and `statfs` report: the unit applications size their I/O by.
+pub const BLOCK_SIZE: u32 = 4096;
+
+/// What `statfs` reports (the numbers of statfs(2), in its order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    /// Total, free and available blocks of `frsize` bytes.
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    /// Total and free inodes.
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    /// The longest name a directory entry can have.
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// What a name in a request is for, which decides what a name no object key can hold (one
+/// that is not UTF-8) is answered with: see [`request_name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameUse {
+    /// A name looked up, removed (unlink, rmdir) or renamed away.
+    Existing,
+    /// A name to be made: create, mknod, mkdir, a rename's destination.
+    New,
+}
+
+/// A name from a request, as the UTF-8 every object key is. The one rule for a name that is
+/// not UTF-8, in every operation:
+///
+/// - [`NameUse::Existing`]: ENOENT (`NotFound`). No key can hold the name, so nothing has it,
+///   and that is what a lookup of any absent name says.
+/// - [`NameUse::New`]: EINVAL (`Invalid`). The name cannot be made, as any other name msfs
+///   cannot store is refused. The kernel looks a name up before it creates one or renames
+///   onto it, so the lookup's ENOENT comes first and the create's EINVAL after, as a local
+///   filesystem answers a name its encoding refuses.
+pub fn request_name(name: &OsStr, purpose: NameUse) -> Result<String> {
+    match (name.to_str(), purpose) {
+        (Some(name), _) => Ok(name.to_string()),
+        (None, NameUse::Existing) => Err(FsError::NotFound),
+        (None, NameUse::New) => Err(FsError::Invalid("name is not UTF-8, as object keys are")),
+    }
 }
 
 /// One entry of a directory listing as handed to the kernel.
@@ -364,6 +411,23 @@ impl Fs {
 
     pub fn ttl(&self) -> Duration {
         self.options.ttl
+    }
+
+    /// The mount's capacity. Object stores have no fixed one: a large, constant capacity, all
+    /// of it free, so that tools that check free space before copying proceed.
+    pub fn statfs(&self) -> StatFs {
+        const BLOCKS: u64 = 1 << 40;
+        const FILES: u64 = 1 << 32;
+        StatFs {
+            blocks: BLOCKS,
+            bfree: BLOCKS,
+            bavail: BLOCKS,
+            files: FILES,
+            ffree: FILES,
+            bsize: BLOCK_SIZE,
+            namelen: listing::NAME_MAX as u32,
+            frsize: BLOCK_SIZE,
+        }
     }
 
     pub fn backends(&self) -> Vec<Arc<Backend>> {

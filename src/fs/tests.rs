@@ -1,7 +1,10 @@
 //! `Fs` tested without FUSE, over a local-directory store.
 
+use std::os::unix::ffi::OsStrExt;
+
 use super::*;
 use crate::store::FileStore;
+use crate::store::testing::TestStore;
 
 pub(super) struct Fixture {
     pub dir: tempfile::TempDir,
@@ -22,13 +25,24 @@ pub(super) fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u
         std::fs::write(path, body).expect("write");
     }
     let store = Arc::new(FileStore::new(dir.path().to_path_buf()).expect("store"));
+    fixture_over(dir, store, writable, false, threshold)
+}
+
+/// A fixture whose backend `data` is `store`, over the objects in `dir`.
+fn fixture_over(
+    dir: tempfile::TempDir,
+    store: Arc<dyn ObjectStore>,
+    writable: bool,
+    flush_on_close: bool,
+    threshold: u64,
+) -> Fixture {
     let backend = Arc::new(Backend::new(
         "data",
         BackendSettings {
             store,
             prefix: String::new(),
             readonly: !writable,
-            flush_on_close: false,
+            flush_on_close,
             uid: 1000,
             gid: 1000,
             dir_perm: 0o555,
@@ -642,4 +656,149 @@ async fn a_rename_waits_for_a_closing_writer_and_refuses_an_open_one() {
     renamed.expect("the rename waited for the release");
     assert_eq!(stored(&f, "closed").as_deref(), Some(&b"done"[..]));
     f.fs.release(open).await;
+}
+
+/// mknod makes an empty file and closes it at once: no handle is left open, it is found by
+/// name, and it is committed as a new file closed unwritten is.
+#[tokio::test]
+async fn mknod_makes_an_empty_file_and_leaves_no_handle_open() {
+    let f = writable(&[]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let attr = f.fs.mknod(data.ino, "node").await.expect("mknod");
+    assert_eq!((attr.kind, attr.size, attr.nlink), (Kind::File, 0, 1));
+    assert_eq!(f.fs.open_handles_in("data"), 0, "closed as it was made");
+    let found = resolve(&f.fs, "data/node").await.expect("lookup");
+    assert_eq!((found.ino, found.size), (attr.ino, 0));
+    assert_eq!(ls(&f.fs, "data").await, vec!["node"]);
+    let failed = f.fs.engines.writes.drain().await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(stored(&f, "node").as_deref(), Some(&b""[..]));
+}
+
+/// mknod refuses what create refuses, before anything is opened.
+#[tokio::test]
+async fn mknod_refuses_what_create_refuses() {
+    let readonly = fixture(&[]);
+    let data = resolve(&readonly.fs, "data").await.expect("data");
+    let refused = readonly.fs.mknod(data.ino, "node").await;
+    assert!(
+        matches!(refused, Err(FsError::ReadOnly { .. })),
+        "{refused:?}"
+    );
+    let f = writable(&[]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let long = "n".repeat(300);
+    for (name, errno) in [("..", libc::EINVAL), (long.as_str(), libc::ENAMETOOLONG)] {
+        let refused = f.fs.mknod(data.ino, name).await.map(|_| ());
+        assert_eq!(refused.map_err(|e| e.errno()), Err(errno), "{name}");
+    }
+    let refused = f.fs.mknod(ROOT_INO, "node").await;
+    assert!(
+        matches!(refused, Err(FsError::ReadOnly { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(f.fs.open_handles_in("data"), 0);
+}
+
+/// With flush_on_close the empty object is in the store when mknod returns; a commit the
+/// store refuses fails the mknod, and the file is released all the same.
+#[tokio::test]
+async fn mknod_with_flush_on_close_commits_before_it_returns_and_releases_on_failure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = TestStore::new(dir.path(), "flushing");
+    let f = fixture_over(dir, store.clone(), true, true, 64 << 20);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    f.fs.mknod(data.ino, "node").await.expect("mknod");
+    assert_eq!(stored(&f, "node").as_deref(), Some(&b""[..]));
+
+    store.deny_writes.store(true, Ordering::SeqCst);
+    let failed = f.fs.mknod(data.ino, "denied").await;
+    assert_eq!(
+        failed.map(|_| ()).map_err(|e| e.errno()),
+        Err(libc::EACCES),
+        "the store's refusal is the mknod's"
+    );
+    assert_eq!(f.fs.open_handles_in("data"), 0, "released all the same");
+    assert!(stored(&f, "denied").is_none());
+}
+
+#[tokio::test]
+async fn statfs_reports_a_large_constant_capacity_all_free() {
+    let f = fixture(&[]);
+    let s = f.fs.statfs();
+    assert_eq!((s.bsize, s.frsize), (BLOCK_SIZE, BLOCK_SIZE));
+    assert_eq!(s.namelen, 255);
+    assert_eq!((s.blocks, s.bfree, s.bavail), (1 << 40, 1 << 40, 1 << 40));
+    assert_eq!((s.files, s.ffree), (1 << 32, 1 << 32));
+}
+
+/// One rule for a name that is not UTF-8: absent where it would have to exist (ENOENT),
+/// invalid where it would be made (EINVAL).
+#[test]
+fn a_name_that_is_not_utf8_is_absent_or_invalid_by_its_use() {
+    let bad = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    let errno = |purpose| request_name(bad, purpose).map_err(|e| e.errno());
+    assert_eq!(errno(NameUse::Existing), Err(libc::ENOENT));
+    assert_eq!(errno(NameUse::New), Err(libc::EINVAL));
+    let good = std::ffi::OsStr::new("café.txt");
+    for purpose in [NameUse::Existing, NameUse::New] {
+        assert_eq!(request_name(good, purpose).expect("utf-8"), "café.txt");
+    }
+}
+
+/// Store and msfs failures are told apart from expected answers by the errno they give, and
+/// every errno msfs answers with has a name for logs and metrics.
+#[test]
+fn failures_are_told_from_expected_answers_and_every_errno_is_named() {
+    let store = |source| FsError::Store {
+        backend: "data".into(),
+        source,
+    };
+    let expected = [
+        FsError::NotFound,
+        FsError::Exists,
+        FsError::NotEmpty,
+        FsError::ReadOnly {
+            backend: "data".into(),
+        },
+        FsError::Invalid("name"),
+        FsError::CrossDevice("a non-empty directory"),
+        FsError::Busy("open for writing"),
+        store(crate::store::StoreError::AccessDenied {
+            op: "put",
+            key: "k".into(),
+            code: "AccessDenied".into(),
+        }),
+        store(crate::store::StoreError::NotFound {
+            op: "get",
+            key: "k".into(),
+        }),
+    ];
+    for e in &expected {
+        assert!(!e.is_failure(), "{e}");
+        assert_ne!(errno_name(e.errno()), "other", "{e}");
+    }
+    let failures = [
+        FsError::UnknownInode(7),
+        FsError::BadHandle(7),
+        store(crate::store::StoreError::Unreachable {
+            op: "get",
+            key: "k".into(),
+            endpoint: "http://store".into(),
+            message: "refused".into(),
+        }),
+        store(crate::store::StoreError::Changed {
+            op: "get",
+            key: "k".into(),
+            expected: "e".into(),
+        }),
+    ];
+    for e in &failures {
+        assert!(e.is_failure(), "{e}");
+        assert_ne!(errno_name(e.errno()), "other", "{e}");
+    }
+    assert_eq!(errno_name(libc::ENOENT), "ENOENT");
+    assert_eq!(errno_name(libc::EIO), "EIO");
+    assert_eq!(errno_name(libc::EPERM), "EPERM");
+    assert_eq!(errno_name(libc::ENOSYS), "ENOSYS");
 }

@@ -1,6 +1,6 @@
-//! The operations that change files and the namespace: create, write, flush, fsync, setattr,
-//! unlink, mkdir, rmdir, rename. File contents go through the write engine; namespace changes
-//! are made in the store at once (a directory is a zero-byte `dir/` marker object).
+//! The operations that change files and the namespace: create, mknod, write, flush, fsync,
+//! setattr, unlink, mkdir, rmdir, rename. File contents go through the write engine; namespace
+//! changes are made in the store at once (a directory is a zero-byte `dir/` marker object).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -121,6 +121,18 @@ impl Fs {
         };
         let fh = self.add_handle(handle);
         Ok((self.attr_of(&node), fh))
+    }
+
+    /// Makes a new, empty file without opening it (mknod(2) of a regular file, the only kind
+    /// there is): created, then closed as close(2) closes it, a FLUSH and the RELEASE. So it is
+    /// committed as a new file closed unwritten is: in the background after the release, or,
+    /// with `flush_on_close`, before this returns. A failed flush fails the mknod; the file is
+    /// released all the same, as the kernel's RELEASE follows a failed FLUSH.
+    pub async fn mknod(&self, parent: u64, name: &str) -> Result<Attr> {
+        let (attr, fh) = self.create(parent, name).await?;
+        let flushed = self.flush(fh, None).await;
+        self.release(fh).await;
+        flushed.map(|()| attr)
     }
 
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {

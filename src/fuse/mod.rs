@@ -3,7 +3,8 @@
 //! fuser runs a few worker threads reading /dev/fuse. A worker never waits on the network: every
 //! request that may reach the store is handed, with its reply object, to a tokio task, and the
 //! worker goes back to read the next request. While a request waits for its answer it is in the
-//! session's in-flight table, which the no-progress watchdog ([`watchdog`]) sweeps.
+//! session's in-flight table, which the no-progress watchdog ([`watchdog`]) sweeps. Every error
+//! reply is logged and counted in one place ([`errno`], [`refused`]).
 
 mod resend;
 mod watchdog;
@@ -23,7 +24,10 @@ use fuser::{
 };
 use tokio::runtime::Handle;
 
-use crate::fs::{Attr, Fs, FsError, Kind, OpenMode, RenameFlags, SetAttr};
+use crate::fs::{
+    Attr, BLOCK_SIZE, Fs, FsError, Kind, NameUse, OpenMode, RenameFlags, SetAttr, errno_name,
+    request_name,
+};
 use watchdog::{InFlight, Pending, Watchdog};
 
 /// Read-ahead asked for in the handshake. The kernel keeps at most what it offered (its 128 KiB
@@ -35,7 +39,6 @@ const MAX_READAHEAD: u32 = 1024 * 1024;
 /// of 12 caps read concurrency well below what several readers need.
 const MAX_BACKGROUND: u16 = 64;
 const CONGESTION_THRESHOLD: u16 = 48;
-const BLOCK_SIZE: u32 = 4096;
 
 pub struct FuseAdapter {
     fs: Arc<Fs>,
@@ -195,19 +198,25 @@ fn landed_before(op: &'static str, parent: INodeNo, name: &str) {
     );
 }
 
-/// Fills a readdir reply from the open directory's entries at `offset`.
-fn answer_readdir(fs: &Fs, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+/// Fills a readdir reply from the open directory `ino`'s entries at `offset`.
+fn answer_readdir(fs: &Fs, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
     let result = fs.readdir(fh.0, offset, false, |next, name, attr, _| {
         !reply.add(INodeNo(attr.ino), next, file_type(&attr), name)
     });
     match result {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
+        Err(e) => reply.error(errno(fs, "readdir", ino, &e)),
     }
 }
 
 /// Fills a readdirplus reply: entries with their attributes, each taking a lookup reference.
-fn answer_readdirplus(fs: &Fs, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+fn answer_readdirplus(
+    fs: &Fs,
+    ino: INodeNo,
+    fh: FileHandle,
+    offset: u64,
+    mut reply: ReplyDirectoryPlus,
+) {
     let ttl = fs.ttl();
     let result = fs.readdir(fh.0, offset, true, |next, name, attr, trusted| {
         !reply.add(
@@ -221,14 +230,47 @@ fn answer_readdirplus(fs: &Fs, fh: FileHandle, offset: u64, mut reply: ReplyDire
     });
     match result {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
+        Err(e) => reply.error(errno(fs, "readdirplus", ino, &e)),
     }
 }
 
-fn errno(err: &FsError) -> Errno {
-    // Store failures are logged where they happen, as their backend's trace_level asks.
-    tracing::debug!(error = %err, "request failed");
-    Errno::from_i32(err.errno())
+/// The errno that answers FUSE operation `op` on inode `ino` (the directory, for an operation
+/// on a name in it) failed with `err`. Logged once, at the level its kind deserves: a failure
+/// of the store, the local disk or msfs ([`FsError::is_failure`]: EIO, ESTALE, ENOSPC…) at
+/// warn, an expected answer (ENOENT, EEXIST, ENOTEMPTY, EACCES…) at debug. (The store call
+/// behind a store failure is also logged where it failed, as its backend's trace_level asks.)
+/// Counted in `msfs.fuse.errors`.
+fn errno(fs: &Fs, op: &'static str, ino: INodeNo, err: &FsError) -> Errno {
+    let errno = err.errno();
+    let name = errno_name(errno);
+    if err.is_failure() {
+        tracing::warn!(op, ino = ino.0, errno = name, error = %err, "FUSE request failed");
+    } else {
+        tracing::debug!(op, ino = ino.0, errno = name, error = %err, "FUSE request failed");
+    }
+    fs.metrics().fuse_error(op, name);
+    Errno::from_i32(errno)
+}
+
+/// `errno`, answering FUSE operation `op` on inode `ino`, which msfs refuses by nature (a
+/// link, an xattr): logged at debug and counted as [`errno`] does.
+fn refused(fs: &Fs, op: &'static str, ino: INodeNo, errno: Errno) -> Errno {
+    let name = errno_name(errno.code());
+    tracing::debug!(op, ino = ino.0, errno = name, "FUSE request refused");
+    fs.metrics().fuse_error(op, name);
+    errno
+}
+
+/// The name a request `op` on `parent` carries, for `purpose`; or the errno it is answered
+/// with, one rule for every operation (see [`request_name`]).
+fn name_of(
+    fs: &Fs,
+    op: &'static str,
+    parent: INodeNo,
+    name: &OsStr,
+    purpose: NameUse,
+) -> Result<String, Errno> {
+    request_name(name, purpose).map_err(|e| errno(fs, op, parent, &e))
 }
 
 fn file_attr(attr: &Attr) -> FileAttr {
@@ -285,14 +327,14 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let Some(name) = name.to_str().map(str::to_string) else {
-            reply.error(Errno::ENOENT); // no object key can hold a non-UTF-8 name
-            return;
+        let name = match name_of(&self.fs, "lookup", parent, name, NameUse::Existing) {
+            Ok(name) => name,
+            Err(errno) => return reply.error(errno),
         };
         self.spawn("lookup", parent, req, move |fs| async move {
             match fs.lookup(parent.0, &name).await {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "lookup", parent, &e)),
             }
         });
     }
@@ -305,7 +347,7 @@ impl Filesystem for FuseAdapter {
         self.spawn("getattr", ino, req, move |fs| async move {
             match fs.getattr(ino.0).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "getattr", ino, &e)),
             }
         });
     }
@@ -326,7 +368,7 @@ impl Filesystem for FuseAdapter {
                     };
                     reply.opened(FileHandle(fh), flags)
                 }
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "open", ino, &e)),
             }
         });
     }
@@ -345,7 +387,7 @@ impl Filesystem for FuseAdapter {
         self.spawn("read", ino, req, move |fs| async move {
             match fs.read(fh.0, offset, size).await {
                 Ok(bytes) => reply.data(&bytes),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "read", ino, &e)),
             }
         });
     }
@@ -370,7 +412,7 @@ impl Filesystem for FuseAdapter {
         self.spawn("opendir", ino, req, move |fs| async move {
             match fs.opendir(ino.0).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "opendir", ino, &e)),
             }
         });
     }
@@ -387,8 +429,8 @@ impl Filesystem for FuseAdapter {
             // A large live directory: the next page comes from the store, on the runtime.
             self.spawn("readdir", ino, req, move |fs| async move {
                 match fs.readdir_prepare(fh.0, offset).await {
-                    Ok(()) => answer_readdir(&fs, fh, offset, reply),
-                    Err(e) => reply.error(errno(&e)),
+                    Ok(()) => answer_readdir(&fs, ino, fh, offset, reply),
+                    Err(e) => reply.error(errno(&fs, "readdir", ino, &e)),
                 }
             });
             return;
@@ -396,7 +438,7 @@ impl Filesystem for FuseAdapter {
         let started = Instant::now();
         // Answered on this worker, from the handle's entries; watched all the same.
         let _pending = self.pending("readdir", ino.0, req, started);
-        answer_readdir(&self.fs, fh, offset, reply);
+        answer_readdir(&self.fs, ino, fh, offset, reply);
         self.fs.metrics().fuse_request("readdir", started.elapsed());
     }
 
@@ -411,8 +453,8 @@ impl Filesystem for FuseAdapter {
         if !self.fs.readdir_ready(fh.0, offset) {
             self.spawn("readdirplus", ino, req, move |fs| async move {
                 match fs.readdir_prepare(fh.0, offset).await {
-                    Ok(()) => answer_readdirplus(&fs, fh, offset, reply),
-                    Err(e) => reply.error(errno(&e)),
+                    Ok(()) => answer_readdirplus(&fs, ino, fh, offset, reply),
+                    Err(e) => reply.error(errno(&fs, "readdirplus", ino, &e)),
                 }
             });
             return;
@@ -420,7 +462,7 @@ impl Filesystem for FuseAdapter {
         let started = Instant::now();
         // Answered on this worker, from the handle's entries; watched all the same.
         let _pending = self.pending("readdirplus", ino.0, req, started);
-        answer_readdirplus(&self.fs, fh, offset, reply);
+        answer_readdirplus(&self.fs, ino, fh, offset, reply);
         self.fs
             .metrics()
             .fuse_request("readdirplus", started.elapsed());
@@ -439,12 +481,9 @@ impl Filesystem for FuseAdapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        // Object stores have no fixed capacity; report a large, constant one so that tools that
-        // check free space before copying proceed.
-        const BLOCKS: u64 = 1 << 40;
-        const FILES: u64 = 1 << 32;
+        let s = self.fs.statfs();
         reply.statfs(
-            BLOCKS, BLOCKS, BLOCKS, FILES, FILES, BLOCK_SIZE, 255, BLOCK_SIZE,
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
         );
     }
 
@@ -461,7 +500,7 @@ impl Filesystem for FuseAdapter {
         self.spawn("flush", ino, req, move |fs| async move {
             match fs.flush(fh.0, closer).await {
                 Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "flush", ino, &e)),
             }
         });
     }
@@ -477,7 +516,7 @@ impl Filesystem for FuseAdapter {
         self.spawn("fsync", ino, req, move |fs| async move {
             match fs.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "fsync", ino, &e)),
             }
         });
     }
@@ -485,19 +524,12 @@ impl Filesystem for FuseAdapter {
     // Extended attributes: objects carry none we expose. ENOSYS tells the kernel once and for all,
     // so `ls` stops asking on every file.
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENOSYS);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(refused(&self.fs, "getxattr", ino, Errno::ENOSYS));
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(refused(&self.fs, "listxattr", ino, Errno::ENOSYS));
     }
 
     fn setattr(
@@ -529,7 +561,7 @@ impl Filesystem for FuseAdapter {
         self.spawn("setattr", ino, req, move |fs| async move {
             match fs.setattr(ino.0, change).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "setattr", ino, &e)),
             }
         });
     }
@@ -546,24 +578,16 @@ impl Filesystem for FuseAdapter {
     ) {
         // Only regular files exist in an object store.
         if mode & libc::S_IFMT != libc::S_IFREG {
-            reply.error(Errno::EPERM);
-            return;
+            return reply.error(refused(&self.fs, "mknod", parent, Errno::EPERM));
         }
-        let Some(name) = name.to_str().map(str::to_string) else {
-            reply.error(Errno::EINVAL);
-            return;
+        let name = match name_of(&self.fs, "mknod", parent, name, NameUse::New) {
+            Ok(name) => name,
+            Err(errno) => return reply.error(errno),
         };
         self.spawn("mknod", parent, req, move |fs| async move {
-            let created = match fs.create(parent.0, &name).await {
-                Ok((attr, fh)) => fs.flush(fh, None).await.map(|()| (attr, fh)),
-                Err(e) => Err(e),
-            };
-            match created {
-                Ok((attr, fh)) => {
-                    fs.release(fh).await;
-                    reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0))
-                }
-                Err(e) => reply.error(errno(&e)),
+            match fs.mknod(parent.0, &name).await {
+                Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
+                Err(e) => reply.error(errno(&fs, "mknod", parent, &e)),
             }
         });
     }
@@ -577,9 +601,9 @@ impl Filesystem for FuseAdapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let Some(name) = name.to_str().map(str::to_string) else {
-            reply.error(Errno::EINVAL); // object keys are UTF-8
-            return;
+        let name = match name_of(&self.fs, "mkdir", parent, name, NameUse::New) {
+            Ok(name) => name,
+            Err(errno) => return reply.error(errno),
         };
         let resent = resent(req);
         self.spawn("mkdir", parent, req, move |fs| async move {
@@ -592,15 +616,15 @@ impl Filesystem for FuseAdapter {
             };
             match made {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "mkdir", parent, &e)),
             }
         });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some(name) = name.to_str().map(str::to_string) else {
-            reply.error(Errno::ENOENT);
-            return;
+        let name = match name_of(&self.fs, "unlink", parent, name, NameUse::Existing) {
+            Ok(name) => name,
+            Err(errno) => return reply.error(errno),
         };
         let resent = resent(req);
         self.spawn("unlink", parent, req, move |fs| async move {
@@ -610,15 +634,15 @@ impl Filesystem for FuseAdapter {
                     landed_before("unlink", parent, &name);
                     reply.ok()
                 }
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "unlink", parent, &e)),
             }
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some(name) = name.to_str().map(str::to_string) else {
-            reply.error(Errno::ENOENT);
-            return;
+        let name = match name_of(&self.fs, "rmdir", parent, name, NameUse::Existing) {
+            Ok(name) => name,
+            Err(errno) => return reply.error(errno),
         };
         let resent = resent(req);
         self.spawn("rmdir", parent, req, move |fs| async move {
@@ -628,7 +652,7 @@ impl Filesystem for FuseAdapter {
                     landed_before("rmdir", parent, &name);
                     reply.ok()
                 }
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "rmdir", parent, &e)),
             }
         });
     }
@@ -636,12 +660,13 @@ impl Filesystem for FuseAdapter {
     fn symlink(
         &self,
         _req: &Request,
-        _parent: INodeNo,
+        parent: INodeNo,
         _link_name: &OsStr,
         _target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EPERM); // object stores have no links
+        // Object stores have no links, whatever the name.
+        reply.error(refused(&self.fs, "symlink", parent, Errno::EPERM));
     }
 
     fn rename(
@@ -654,12 +679,12 @@ impl Filesystem for FuseAdapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let (Some(name), Some(newname)) = (
-            name.to_str().map(str::to_string),
-            newname.to_str().map(str::to_string),
-        ) else {
-            reply.error(Errno::EINVAL);
-            return;
+        let names = name_of(&self.fs, "rename", parent, name, NameUse::Existing).and_then(|name| {
+            name_of(&self.fs, "rename", newparent, newname, NameUse::New).map(|new| (name, new))
+        });
+        let (name, newname) = match names {
+            Ok(names) => names,
+            Err(errno) => return reply.error(errno),
         };
         let flags = RenameFlags {
             no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
@@ -683,7 +708,7 @@ impl Filesystem for FuseAdapter {
                     landed_before("rename", parent, &name);
                     reply.ok()
                 }
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "rename", parent, &e)),
             }
         });
     }
@@ -691,12 +716,13 @@ impl Filesystem for FuseAdapter {
     fn link(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _newparent: INodeNo,
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EPERM); // no hard links in an object store
+        // No hard links in an object store.
+        reply.error(refused(&self.fs, "link", ino, Errno::EPERM));
     }
 
     fn write(
@@ -715,7 +741,7 @@ impl Filesystem for FuseAdapter {
         self.spawn("write", ino, req, move |fs| async move {
             match fs.write(fh.0, offset, &data).await {
                 Ok(written) => reply.written(written),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "write", ino, &e)),
             }
         });
     }
@@ -730,9 +756,9 @@ impl Filesystem for FuseAdapter {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let Some(name) = name.to_str().map(str::to_string) else {
-            reply.error(Errno::EINVAL);
-            return;
+        let name = match name_of(&self.fs, "create", parent, name, NameUse::New) {
+            Ok(name) => name,
+            Err(errno) => return reply.error(errno),
         };
         self.spawn("create", parent, req, move |fs| async move {
             match fs.create(parent.0, &name).await {
@@ -743,7 +769,7 @@ impl Filesystem for FuseAdapter {
                     FileHandle(fh),
                     FopenFlags::empty(),
                 ),
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(errno(&fs, "create", parent, &e)),
             }
         });
     }

@@ -5,6 +5,11 @@
 //! - [`generate`]: lists a backend once with parallel listers (flat directories split into
 //!   key ranges: [`split`]; pending work bounded: `queue`) and writes a manifest atomically
 //!   (`output`).
+//! - [`index`]: the redb index the TSV files are ingested into, so that a lookup or a page of a
+//!   listing is a few B-tree reads; [`namespace`]: a manifest being served (the base snapshot,
+//!   from the index or the TSV files, with the [`delta`] log's overlay of committed changes);
+//!   [`registry`]: one open manifest per directory per process; `codec`: the binary form of an
+//!   entry's attributes; [`progress`]: a generation's counters and status line.
 
 mod codec;
 pub mod delta;

@@ -11,7 +11,9 @@ use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation};
 
 use super::retry::DEFAULT_MAX_ATTEMPTS;
-use super::{FileStore, ObjectStore, PseudoStore, RamStore, RetryPolicy, S3Store, StoreError};
+use super::{
+    FileStore, ObjectStore, PseudoStore, RamStore, RetryBudget, RetryPolicy, S3Store, StoreError,
+};
 use crate::config::{BackendConfig, BackendKind, S3Config, S3Credentials, S3Flavor};
 
 /// A connection that cannot be set up within this long is treated as a network failure (and
@@ -22,9 +24,16 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 const GCS_ENDPOINT: &str = "https://storage.googleapis.com";
 
-pub async fn open_store(backend: &BackendConfig) -> Result<Arc<dyn ObjectStore>, StoreError> {
+/// `retry_budget` is what the store's retries draw on: the process's one budget, shared by
+/// every store it opens (see `RetryBudget`).
+pub async fn open_store(
+    backend: &BackendConfig,
+    retry_budget: &Arc<RetryBudget>,
+) -> Result<Arc<dyn ObjectStore>, StoreError> {
     match &backend.kind {
-        BackendKind::S3(s3) => Ok(Arc::new(open_s3(&backend.bucket, s3).await?)),
+        BackendKind::S3(s3) => Ok(Arc::new(
+            open_s3(&backend.bucket, s3, retry_budget.clone()).await?,
+        )),
         BackendKind::File => Ok(Arc::new(FileStore::new(backend.bucket.clone().into())?)),
         BackendKind::Ram(ram) => Ok(Arc::new(RamStore::new(&backend.dir_name, ram.clone()))),
         BackendKind::Pseudo(pseudo) => {
@@ -53,7 +62,11 @@ fn effective_endpoint(s3: &S3Config) -> Option<String> {
     }
 }
 
-async fn open_s3(bucket: &str, s3: &S3Config) -> Result<S3Store, StoreError> {
+async fn open_s3(
+    bucket: &str,
+    s3: &S3Config,
+    budget: Arc<RetryBudget>,
+) -> Result<S3Store, StoreError> {
     if s3.skip_tls_certificate_verify {
         return Err(StoreError::Setup(
             "S3.skip_tls_certificate_verify is not supported: add the server's CA certificate to \
@@ -76,7 +89,8 @@ async fn open_s3(bucket: &str, s3: &S3Config) -> Result<S3Store, StoreError> {
     }
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .region(region)
-        // Retries are ours (see store::retry), following the configured backoff.
+        // Retries are ours (see store::retry): the configured backoff, the SDK's list of what
+        // to retry, and one retry budget for the process.
         .retry_config(RetryConfig::disabled())
         // Checksums only where the API demands them: several S3-compatible servers reject the
         // SDK's default trailing checksums on uploads.
@@ -155,6 +169,7 @@ async fn open_s3(bucket: &str, s3: &S3Config) -> Result<S3Store, StoreError> {
         } else {
             DEFAULT_MAX_ATTEMPTS
         },
+        budget,
     };
     Ok(S3Store::new(
         aws_sdk_s3::Client::from_conf(builder.build()),

@@ -71,18 +71,82 @@ pub enum StoreError {
     Setup(String),
 }
 
+/// Error codes the AWS SDK takes as throttling, whatever the HTTP status: aws-runtime's
+/// `retries::classifiers::THROTTLING_ERRORS` (aws-runtime 1.10).
+const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "TransactionInProgressException",
+    "RequestLimitExceeded",
+    "BandwidthLimitExceeded",
+    "LimitExceededException",
+    "RequestThrottled",
+    "SlowDown",
+    "PriorRequestNotComplete",
+    "EC2ThrottledException",
+];
+
+/// Error codes the SDK takes as transient, whatever the HTTP status: aws-runtime's
+/// `TRANSIENT_ERRORS` plus `InternalError`, which aws-sdk-s3 adds for every S3 operation (S3
+/// may send it in a 200 answer to `CompleteMultipartUpload` or `CopyObject`).
+const TRANSIENT_CODES: &[&str] = &["RequestTimeout", "RequestTimeoutException", "InternalError"];
+
+/// HTTP statuses the SDK takes as transient: aws-smithy-runtime's `HttpStatusCodeClassifier`
+/// default (`TRANSIENT_ERROR_STATUS_CODES`, aws-smithy-runtime 1.16).
+const TRANSIENT_STATUSES: &[u16] = &[500, 502, 503, 504];
+
+/// Why a failure is worth another attempt, which is also what the retry costs (see
+/// `RetryBudget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryKind {
+    /// The server asks for fewer requests.
+    Throttling,
+    /// The network, a timeout, or a server error that a later attempt may not meet.
+    Transient,
+}
+
 impl StoreError {
-    /// Network failures, throttling (429), server errors (5xx) and S3's `RequestTimeout` (a 400
-    /// for a request body the server waited too long for) are worth another attempt; anything
-    /// else would fail the same way again.
-    pub fn is_retryable(&self) -> bool {
+    /// Whether another attempt may succeed, and why. The list is the AWS SDK's (its retry
+    /// classifiers, whose retry loop is off, see `store::retry`):
+    ///
+    /// - throttling: the codes of `THROTTLING_CODES` (`SlowDown`, `Throttling`,
+    ///   `RequestLimitExceeded`, `TooManyRequestsException`…), and HTTP 429 whatever its code,
+    ///   which the SDK does not match on but S3-compatible servers send for the same reason;
+    /// - transient: network failures, timeouts and responses cut short (the SDK's
+    ///   `TransientErrorClassifier`: response, timeout and connector I/O errors, all
+    ///   `Unreachable` or `Truncated` here), the codes `RequestTimeout`,
+    ///   `RequestTimeoutException` and `InternalError`, and HTTP 500, 502, 503 and 504.
+    ///
+    /// Anything else, any other 4xx or 5xx (501 `NotImplemented`…) included, would fail the same
+    /// way again. (The SDK also retries `RequestTimeTooSkewed` after correcting its clock; msfs
+    /// does not correct it, so that stays final.)
+    pub fn retry_kind(&self) -> Option<RetryKind> {
         match self {
-            StoreError::Unreachable { .. } | StoreError::Truncated { .. } => true,
-            StoreError::Service { status, code, .. } => {
-                *status == 429 || *status >= 500 || code == "RequestTimeout"
+            StoreError::Unreachable { .. } | StoreError::Truncated { .. } => {
+                Some(RetryKind::Transient)
             }
-            _ => false,
+            StoreError::Service { status, code, .. } => {
+                if *status == 429 || THROTTLING_CODES.contains(&code.as_str()) {
+                    Some(RetryKind::Throttling)
+                } else if TRANSIENT_CODES.contains(&code.as_str())
+                    || TRANSIENT_STATUSES.contains(status)
+                {
+                    Some(RetryKind::Transient)
+                } else {
+                    None
+                }
+            }
+            _ => None,
         }
+    }
+
+    /// Whether another attempt may succeed: see [`StoreError::retry_kind`].
+    pub fn is_retryable(&self) -> bool {
+        self.retry_kind().is_some()
     }
 
     /// Whether trying the same request again later, however often, must fail the same way:

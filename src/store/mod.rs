@@ -26,12 +26,12 @@ use bytes::Bytes;
 
 pub use body::{BODY_CHUNK, BodySource, gather};
 pub use build::open_store;
-pub use error::StoreError;
+pub use error::{RetryKind, StoreError};
 pub use file::FileStore;
 pub use instrumented::InstrumentedStore;
 pub use pseudo::{PseudoStore, pseudo_byte, pseudo_fill};
 pub use ram::RamStore;
-pub use retry::RetryPolicy;
+pub use retry::{RetryBudget, RetryPolicy, backoff};
 pub use s3::{S3Store, decode_listed_key};
 
 pub type Result<T> = std::result::Result<T, StoreError>;

@@ -48,6 +48,7 @@ pub use http::{MetricsServer, serve_metrics};
 
 use crate::cache::LineCache;
 use crate::config::TelemetryConfig;
+use crate::store::RetryBudget;
 
 /// Why OTLP export could not be set up. Nothing here carries a credential: endpoints are
 /// shown without any `user:password@`.
@@ -98,8 +99,13 @@ pub struct Metrics {
     dirty_bytes: UpDownCounter<i64>,
     fuse_latency: Histogram<f64>,
     fuse_stalled: Counter<u64>,
+    fuse_errors: Counter<u64>,
     fuse_takeovers: Counter<u64>,
     mounted_backends: Gauge<u64>,
+    /// The process's retry budget, which every store it opens draws on. It rides with the
+    /// registry because both are built once per process and reach every place that opens a
+    /// store (see `daemon::open_store_checked`).
+    retry_budget: Arc<RetryBudget>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -208,6 +214,10 @@ impl Metrics {
                 names::FUSE_REQUESTS_STALLED,
                 "FUSE requests left unanswered past fuse_request_stall_warn_secs, by operation",
             ),
+            fuse_errors: counter(
+                names::FUSE_ERRORS,
+                "FUSE requests answered with an error, by operation and errno",
+            ),
             fuse_takeovers: counter(
                 names::FUSE_TAKEOVERS,
                 "Live FUSE connections taken over from a previous server, by whether the kernel could resend its unanswered requests",
@@ -217,6 +227,7 @@ impl Metrics {
                 .with_description("Backends currently mounted")
                 .build(),
             observed: Mutex::new(Vec::new()),
+            retry_budget: Arc::default(),
             meter,
             pull,
             provider,
@@ -227,6 +238,11 @@ impl Metrics {
     }
 
     /// Exposes the line cache's own counters at every collection.
+    /// The retry budget of the process, for the stores it opens.
+    pub fn retry_budget(&self) -> &Arc<RetryBudget> {
+        &self.retry_budget
+    }
+
     pub fn observe_cache(&self, cache: Arc<LineCache>) {
         let registrations = collectors::observe_cache(&self.meter, cache);
         self.observed
@@ -327,6 +343,12 @@ impl Metrics {
     /// A FUSE request `op` went unanswered past the watchdog's bound (counted once per request).
     pub fn fuse_request_stalled(&self, op: &'static str) {
         self.fuse_stalled.add(1, &[KeyValue::new("op", op)]);
+    }
+
+    /// A FUSE request `op` was answered with an error, `errno` by its symbolic name (`ENOENT`).
+    pub fn fuse_error(&self, op: &'static str, errno: &'static str) {
+        self.fuse_errors
+            .add(1, &[KeyValue::new("op", op), KeyValue::new("errno", errno)]);
     }
 
     /// A live FUSE connection was taken over; `resend`: the kernel replays what the previous
@@ -444,6 +466,27 @@ mod tests {
         );
         assert!(
             text.contains(r#"msfs_fuse_request_seconds_bucket{op="read",le="0.0002"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn fuse_errors_are_counted_by_operation_and_errno() {
+        let metrics = Metrics::new();
+        metrics.fuse_error("lookup", "ENOENT");
+        metrics.fuse_error("lookup", "ENOENT");
+        metrics.fuse_error("read", "EIO");
+        let text = metrics.render();
+        assert!(
+            text.contains("# TYPE msfs_fuse_errors_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"msfs_fuse_errors_total{errno="ENOENT",op="lookup"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"msfs_fuse_errors_total{errno="EIO",op="read"} 1"#),
             "{text}"
         );
     }

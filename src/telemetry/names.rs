@@ -52,6 +52,8 @@ pub const WRITE_BUFFERED_BYTES: &str = "msfs.write.buffered_bytes";
 pub const FUSE_REQUEST_SECONDS: &str = "msfs.fuse.request";
 /// Requests left unanswered past `fuse_request_stall_warn_secs`, each counted once.
 pub const FUSE_REQUESTS_STALLED: &str = "msfs.fuse.requests_stalled";
+/// Requests answered with an error, by operation and errno (its symbolic name, `ENOENT`).
+pub const FUSE_ERRORS: &str = "msfs.fuse.errors";
 /// Live FUSE connections this process took over from a dead or retiring one, by whether the
 /// kernel could resend what the previous server left unanswered (`resend`).
 pub const FUSE_TAKEOVERS: &str = "msfs.fuse.takeovers";
@@ -91,6 +93,8 @@ pub const UNITS: &[(&str, &str)] = &[
     (WRITE_BUFFERED_BYTES, UNIT_BYTES),
     (FUSE_REQUEST_SECONDS, UNIT_SECONDS),
     (FUSE_REQUESTS_STALLED, ""),
+    (FUSE_ERRORS, ""),
+    (FUSE_TAKEOVERS, ""),
     (MOUNTED_BACKENDS, ""),
 ];
 

@@ -47,7 +47,7 @@ pub use file::{CommitObserver, DirtyFile, DirtyMeta, Target};
 
 use crate::cache::{LineCache, ObjectReader, ObjectVersion};
 use crate::private_dir::{self, PrivateDir};
-use crate::store::{ObjectStore, PutResult, StoreError};
+use crate::store::{self, ObjectStore, PutResult, StoreError};
 use crate::telemetry::Metrics;
 use budget::Budget;
 use file::{State, View};
@@ -61,7 +61,8 @@ const READ_REPLANS: u32 = 10;
 /// How long a file some descriptor was closed on, but another keeps open, stays unchanged
 /// before its commit starts (`commit_when_idle`).
 const IDLE_COMMIT_DELAY: Duration = Duration::from_secs(1);
-/// Background commit retries back off from the first to the last delay, doubling.
+/// Background commit retries back off from the first to the last delay, doubling, each delay
+/// drawn at random between half its nominal value and it (`store::backoff`).
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_LAST: Duration = Duration::from_secs(60);
 /// The kind of the spill directories of msfs versions before `durable`.
@@ -550,7 +551,8 @@ impl WriteEngine {
         let inner = Arc::clone(&self.inner);
         let file = Arc::clone(file);
         tokio::spawn(async move {
-            let mut delay = RETRY_FIRST;
+            // Endless: the loop ends when the commit lands or is final, or the file goes.
+            let mut delays = store::backoff(RETRY_FIRST, 2.0, RETRY_LAST);
             loop {
                 let result = inner.commit_in_slot(&file).await;
                 let again = {
@@ -579,9 +581,9 @@ impl WriteEngine {
                 {
                     inner.strand(&file, e);
                 }
-                if let Err(e) = &result
-                    && again
-                {
+                let retry_in =
+                    (again && result.is_err()).then(|| delays.next().unwrap_or(RETRY_LAST));
+                if let (Err(e), Some(delay)) = (&result, retry_in) {
                     tracing::warn!(backend = %file.target.backend, key = %file.target.key,
                         error = %e, retry_in = ?delay, "background commit failed; data kept, retrying");
                     inner.metrics.record_commit_retry(&file.target.backend);
@@ -589,9 +591,8 @@ impl WriteEngine {
                 if !again {
                     break;
                 }
-                if result.is_err() {
+                if let Some(delay) = retry_in {
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(RETRY_LAST);
                 }
             }
             file.state().background = false;

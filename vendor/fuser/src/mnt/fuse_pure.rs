@@ -477,14 +477,29 @@ fn fuse_mount_sys(
         source = name;
     }
 
+    // msfs: the type is `fuse.SUBTYPE` (what `mount` and `df -T` show, as libfuse mounts do)
+    // when a subtype is given; fuser 0.18 always passed `fuse`. A kernel without the subtype
+    // type (ENODEV) gets plain `fuse`, as libfuse falls back.
     #[cfg(target_os = "linux")]
-    let result = nix::mount::mount(
-        Some(source),
-        mountpoint,
-        Some("fuse"),
-        flags,
-        Some(mount_options.as_str()),
-    );
+    let result = {
+        let subtype = options.iter().find_map(|x| match x {
+            MountOption::Subtype(subtype) => Some(format!("fuse.{subtype}")),
+            _ => None,
+        });
+        let mount_as = |fstype: &str| {
+            nix::mount::mount(
+                Some(source),
+                mountpoint,
+                Some(fstype),
+                flags,
+                Some(mount_options.as_str()),
+            )
+        };
+        match subtype.as_deref().map(mount_as) {
+            Some(Err(nix::errno::Errno::ENODEV)) | None => mount_as("fuse"),
+            Some(result) => result,
+        }
+    };
     #[cfg(target_os = "macos")]
     let result = nix::mount::mount(source, mountpoint, flags, Some(mount_options.as_str()));
 

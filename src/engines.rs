@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::cache::{CacheError, DirectReader, LineCache, ObjectReader};
 use crate::config::Config;
 use crate::manifest::registry::Manifests;
+use crate::store::RetryBudget;
 use crate::telemetry::{Metrics, TelemetryError};
 use crate::write::{WriteConfig, WriteEngine, WriteError};
 
@@ -25,6 +26,8 @@ pub struct Engines {
     pub metrics: Arc<Metrics>,
     /// Manifests in use, each opened once and shared by every mount of it.
     pub manifests: Manifests,
+    /// What every store the process opens draws its retries from (see `RetryBudget`).
+    pub retry_budget: Arc<RetryBudget>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +70,7 @@ impl Engines {
             writes,
             metrics,
             manifests: Manifests::new(),
+            retry_budget: Arc::default(),
         })
     }
 
@@ -82,6 +86,7 @@ impl Engines {
             writes,
             metrics,
             manifests: Manifests::new(),
+            retry_budget: Arc::default(),
         })
     }
 }

@@ -486,7 +486,7 @@ impl Volumes {
         };
         let mut stores = Vec::with_capacity(configs.len());
         for config in &configs {
-            let store = open_store_checked(config, &self.engines.metrics)
+            let store = open_store_checked(config, &self.engines)
                 .await
                 .map_err(backend_error)?;
             stores.push(store);

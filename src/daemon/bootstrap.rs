@@ -8,12 +8,11 @@
 use std::sync::Arc;
 
 use crate::config::BackendConfig;
+use crate::engines::Engines;
 use crate::manifest::generate::{GenerateOptions, generate, listing_backend};
 use crate::manifest::namespace::{Manifest, ManifestError};
 use crate::manifest::progress::ProgressMode;
-use crate::manifest::registry::Manifests;
 use crate::store::ObjectStore;
-use crate::telemetry::Metrics;
 
 use super::{DaemonError, open_store_checked};
 
@@ -23,9 +22,9 @@ pub(crate) async fn manifest_for(
     config: &BackendConfig,
     siblings: &[BackendConfig],
     store: &Arc<dyn ObjectStore>,
-    manifests: &Manifests,
-    metrics: &Arc<Metrics>,
+    engines: &Engines,
 ) -> Result<Option<Arc<Manifest>>, DaemonError> {
+    let manifests = &engines.manifests;
     let Some(root) = &config.manifest.path else {
         return Ok(None);
     };
@@ -63,7 +62,7 @@ pub(crate) async fn manifest_for(
     let list_store = if lister.dir_name == config.dir_name {
         store.clone()
     } else {
-        open_store_checked(lister, metrics).await?
+        open_store_checked(lister, engines).await?
     };
     tracing::info!(
         backend = %config.dir_name,

@@ -23,7 +23,7 @@ use crate::config::{BackendConfig, Config};
 use crate::engines::Engines;
 use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
 use crate::store::{InstrumentedStore, ListRequest, ObjectStore, StoreError, open_store};
-use crate::telemetry::{Metrics, serve_metrics};
+use crate::telemetry::serve_metrics;
 use session::{MountedSession, SessionOptions};
 use survival::MountSurvival;
 pub use survival::{Survival, default_state_dir};
@@ -214,7 +214,7 @@ pub(crate) async fn open_backend_settings(
     siblings: &[BackendConfig],
     engines: &Engines,
 ) -> Result<BackendSettings, DaemonError> {
-    let store = open_store_checked(config, &engines.metrics).await?;
+    let store = open_store_checked(config, engines).await?;
     // Uploads left by a killed process are aborted through writable backends only: read-only
     // credentials usually may not abort, and would warn at every mount. A store that starts
     // empty in each process (RAM) has nothing of a killed process's.
@@ -222,14 +222,7 @@ pub(crate) async fn open_backend_settings(
     if recovers {
         engines.writes.recover_uploads(store.clone());
     }
-    let manifest = bootstrap::manifest_for(
-        config,
-        siblings,
-        &store,
-        &engines.manifests,
-        &engines.metrics,
-    )
-    .await?;
+    let manifest = bootstrap::manifest_for(config, siblings, &store, engines).await?;
     let settings = BackendSettings::new(config, store, manifest);
     // Files a killed process wrote and never committed: committed now (after the manifest is
     // known, so that the commit reaches its delta log), and found by the opens of a takeover.
@@ -245,22 +238,22 @@ pub(crate) async fn open_backend_settings(
     Ok(settings)
 }
 
-/// Opens a backend's store, instrumented, and checks with one small LIST that it answers with
-/// the configured credentials.
+/// Opens a backend's store, instrumented into the process's metrics and retrying on its retry
+/// budget, and checks with one small LIST that it answers with the configured credentials.
 pub(crate) async fn open_store_checked(
     config: &BackendConfig,
-    metrics: &Arc<Metrics>,
+    engines: &Engines,
 ) -> Result<Arc<dyn ObjectStore>, DaemonError> {
     let fail = |source| DaemonError::Backend {
         dir_name: config.dir_name.clone(),
         source,
     };
     let store = InstrumentedStore::wrap(
-        open_store(config, metrics.retry_budget())
+        open_store(config, &engines.retry_budget)
             .await
             .map_err(fail)?,
         &config.dir_name,
-        metrics.clone(),
+        engines.metrics.clone(),
         config.trace_level,
     );
     store

@@ -90,18 +90,9 @@ impl Fixture {
             dir_perm: 0o755,
             ttl: Duration::ZERO,
         };
-        let writes = crate::write::WriteConfig {
-            multipart_threshold: 64 << 20,
-            commit_workers: 2,
-            dirty_limit: 1 << 30,
-            buffer_limit: 256 << 20,
-            promote: false,
-            spill_parent: Some(self._spill.path().to_path_buf()),
-            journal_parent: None,
-        };
         Fs::new(
             options,
-            Engines::uncached(writes).expect("engines"),
+            super::tests::test_engines(self._spill.path(), 64 << 20),
             vec![backend],
         )
     }

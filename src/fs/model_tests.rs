@@ -67,10 +67,11 @@ impl Model {
     }
 }
 
-struct Rng(u64);
+/// xorshift64, reproducible from the seed (also the subtree tests').
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn below(&mut self, bound: usize) -> usize {
+    pub(super) fn below(&mut self, bound: usize) -> usize {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

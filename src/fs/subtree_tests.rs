@@ -1,129 +1,21 @@
-//! Subtree listings through `Fs`, over a RAM store that counts the requests it serves: how many
-//! LISTs a walk of a tree costs, what falls back to delimited listings, and that kept listings
-//! follow the TTL and this mount's own changes.
-
-use std::sync::Mutex as StdMutex;
-
-use async_trait::async_trait;
+//! Subtree listings through `Fs`, over a RAM store that counts the requests it serves (a
+//! `TestStore` over a `RamStore`): how many LISTs a walk of a tree costs, what falls back to
+//! delimited listings, and that kept listings follow the TTL and this mount's own changes.
 
 use super::*;
-use crate::store::{
-    ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
-    PutResult, RamStore, Result as StoreResult,
-};
-
-/// A RAM store that records each LIST it is asked for and counts HEADs.
-#[derive(Debug)]
-struct Counting {
-    inner: RamStore,
-    lists: StdMutex<Vec<ListRequest>>,
-    heads: StdMutex<usize>,
-}
-
-impl Counting {
-    fn lists(&self) -> Vec<ListRequest> {
-        self.lists.lock().expect("lists").clone()
-    }
-
-    fn heads(&self) -> usize {
-        *self.heads.lock().expect("heads")
-    }
-}
-
-#[async_trait]
-impl ObjectStore for Counting {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        *self.heads.lock().expect("heads") += 1;
-        self.inner.head(key).await
-    }
-    async fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-        etag: Option<&str>,
-    ) -> StoreResult<Bytes> {
-        self.inner.get_range(key, range, etag).await
-    }
-    async fn get_range_into(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-        etag: Option<&str>,
-        sink: &mut ChunkSink<'_>,
-    ) -> StoreResult<u64> {
-        self.inner.get_range_into(key, range, etag, sink).await
-    }
-    async fn list(&self, request: &ListRequest) -> StoreResult<ListPage> {
-        self.lists.lock().expect("lists").push(request.clone());
-        self.inner.list(request).await
-    }
-    async fn put(&self, key: &str, body: Bytes) -> StoreResult<PutResult> {
-        self.inner.put(key, body).await
-    }
-    async fn create_multipart(&self, key: &str) -> StoreResult<String> {
-        self.inner.create_multipart(key).await
-    }
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Bytes,
-    ) -> StoreResult<CompletedPart> {
-        self.inner
-            .upload_part(key, upload_id, part_number, body)
-            .await
-    }
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        source_key: &str,
-        range: std::ops::Range<u64>,
-    ) -> StoreResult<CompletedPart> {
-        self.inner
-            .upload_part_copy(key, upload_id, part_number, source_key, range)
-            .await
-    }
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: &[CompletedPart],
-    ) -> StoreResult<PutResult> {
-        self.inner.complete_multipart(key, upload_id, parts).await
-    }
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        self.inner.abort_multipart(key, upload_id).await
-    }
-    async fn list_uploads(&self, prefix: &str) -> StoreResult<Vec<PendingUpload>> {
-        self.inner.list_uploads(prefix).await
-    }
-    async fn copy(&self, source_key: &str, dest_key: &str) -> StoreResult<PutResult> {
-        self.inner.copy(source_key, dest_key).await
-    }
-    async fn delete(&self, key: &str) -> StoreResult<()> {
-        self.inner.delete(key).await
-    }
-    async fn delete_many(&self, keys: &[String]) -> StoreResult<()> {
-        self.inner.delete_many(keys).await
-    }
-}
+use crate::store::testing::TestStore;
+use crate::store::{ObjectStore, RamStore};
 
 struct Fixture {
     fs: Fs,
-    store: Arc<Counting>,
+    store: Arc<TestStore>,
     _spill: tempfile::TempDir,
 }
 
 /// `Fs` over a RAM store holding `keys` under backend "data", writable, with `ttl`.
 async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
-    let store = Arc::new(Counting {
-        inner: RamStore::new(
+    let store = TestStore::over(
+        RamStore::new(
             "ram",
             crate::config::RamConfig {
                 max_list_page_size: 1000,
@@ -131,15 +23,10 @@ async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
                 max_total_object_space: 1 << 30,
             },
         ),
-        lists: StdMutex::new(Vec::new()),
-        heads: StdMutex::new(0),
-    });
+        "ram",
+    );
     for key in keys {
-        store
-            .inner
-            .put(key, Bytes::from_static(b"x"))
-            .await
-            .expect("put");
+        store.put(key, Bytes::from_static(b"x")).await.expect("put");
     }
     let backend = Arc::new(Backend::new(
         "data",
@@ -157,22 +44,13 @@ async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
         },
     ));
     let spill = tempfile::tempdir().expect("spill dir");
-    let writes = crate::write::WriteConfig {
-        multipart_threshold: 64 << 20,
-        commit_workers: 1,
-        dirty_limit: 1 << 30,
-        buffer_limit: 256 << 20,
-        promote: false,
-        spill_parent: Some(spill.path().to_path_buf()),
-        journal_parent: None,
-    };
     let options = FsOptions {
         uid: 0,
         gid: 0,
         dir_perm: 0o755,
         ttl,
     };
-    let engines = Engines::uncached(writes).expect("engines");
+    let engines = super::tests::test_engines(spill.path(), 64 << 20);
     Fixture {
         fs: Fs::new(options, engines, vec![backend]),
         store,
@@ -262,7 +140,7 @@ async fn walking_a_small_tree_costs_one_probe_and_one_subtree_listing() {
         "the probe of `tree`, then its subtree: {lists:?}"
     );
     assert!(lists.iter().all(|l| !l.delimited && l.prefix == "tree/"));
-    assert_eq!(f.store.heads(), 1, "the probe's HEAD of `tree`");
+    assert_eq!(f.store.calls("head"), 1, "the probe's HEAD of `tree`");
 }
 
 #[tokio::test]
@@ -283,7 +161,7 @@ async fn a_probe_that_lists_a_small_directory_whole_answers_the_lookups_below_it
             .expect("open");
     assert_eq!(&f.fs.read(fh, 0, 10).await.expect("read")[..], b"x");
     assert_eq!(f.store.lists().len(), 1, "one probe LIST, for `large`");
-    assert_eq!(f.store.heads(), 1, "one probe HEAD, for `large`");
+    assert_eq!(f.store.calls("head"), 1, "one probe HEAD, for `large`");
 }
 
 #[tokio::test]
@@ -372,17 +250,7 @@ async fn changes_in_a_kept_directory_are_seen_at_once() {
     assert_eq!(f.store.lists().len(), quiet);
 }
 
-/// xorshift64, reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound.max(1) as u64) as usize
-    }
-}
+use super::model_tests::Rng;
 
 async fn resolve_path(fs: &Fs, path: &str) -> Attr {
     let mut attr = fs.lookup(ROOT_INO, "data").await.expect("data");

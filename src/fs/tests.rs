@@ -28,6 +28,21 @@ pub(super) fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u
     fixture_over(dir, store, writable, false, threshold)
 }
 
+/// The engines of a test `Fs`: no cache, spill files under `spill`, commits by multipart from
+/// `threshold` bytes.
+pub(super) fn test_engines(spill: &std::path::Path, threshold: u64) -> Engines {
+    Engines::uncached(crate::write::WriteConfig {
+        multipart_threshold: threshold,
+        commit_workers: 2,
+        dirty_limit: 1 << 30,
+        buffer_limit: 256 << 20,
+        promote: false,
+        spill_parent: Some(spill.to_path_buf()),
+        journal_parent: None,
+    })
+    .expect("engines")
+}
+
 /// A fixture whose backend `data` is `store`, over the objects in `dir`.
 fn fixture_over(
     dir: tempfile::TempDir,
@@ -58,16 +73,7 @@ fn fixture_over(
         ttl: Duration::from_secs(60),
     };
     let spill = tempfile::tempdir().expect("spill dir");
-    let writes = crate::write::WriteConfig {
-        multipart_threshold: threshold,
-        commit_workers: 2,
-        dirty_limit: 1 << 30,
-        buffer_limit: 256 << 20,
-        promote: false,
-        spill_parent: Some(spill.path().to_path_buf()),
-        journal_parent: None,
-    };
-    let engines = Engines::uncached(writes).expect("engines");
+    let engines = test_engines(spill.path(), threshold);
     Fixture {
         dir,
         _spill: spill,
@@ -477,22 +483,13 @@ async fn ram_fixture(keys: &[String], page: u32, whole: usize) -> (Fs, tempfile:
         },
     ));
     let spill = tempfile::tempdir().expect("spill dir");
-    let writes = crate::write::WriteConfig {
-        multipart_threshold: 64 << 20,
-        commit_workers: 1,
-        dirty_limit: 1 << 30,
-        buffer_limit: 256 << 20,
-        promote: false,
-        spill_parent: Some(spill.path().to_path_buf()),
-        journal_parent: None,
-    };
     let options = FsOptions {
         uid: 0,
         gid: 0,
         dir_perm: 0o555,
         ttl: Duration::from_secs(60),
     };
-    let engines = Engines::uncached(writes).expect("engines");
+    let engines = test_engines(spill.path(), 64 << 20);
     let fs = Fs::new(options, engines, vec![backend]).with_whole_listing_max(whole);
     (fs, spill)
 }

@@ -15,12 +15,13 @@ use super::{
     PendingUpload, PutResult, Result as StoreResult, StoreError,
 };
 
-/// A store that forwards to a [`FileStore`], counts every call by operation, records every
-/// GET, and on request holds GETs and PUTs of some keys until the gate opens, fails the next GETs of a
-/// key, cuts their bodies short, or fails every write while `fail_writes` is set.
+/// A store that forwards to another (a [`FileStore`] unless built with [`TestStore::over`]),
+/// counts every call by operation, records every LIST and GET, and on request holds GETs and
+/// PUTs of some keys until the gate opens, fails the next GETs of a key, cuts their bodies
+/// short, or fails every write while `fail_writes` is set.
 #[derive(Debug)]
 pub(crate) struct TestStore {
-    inner: FileStore,
+    inner: Box<dyn ObjectStore>,
     id: String,
     gets: Mutex<Vec<(String, Range<u64>)>>,
     held: Mutex<HashSet<String>>,
@@ -42,8 +43,13 @@ pub(crate) struct TestStore {
 
 impl TestStore {
     pub fn new(root: &std::path::Path, id: &str) -> Arc<TestStore> {
+        Self::over(FileStore::new(root.to_path_buf()).expect("file store"), id)
+    }
+
+    /// A test store forwarding to `inner` (a RAM store, for its listing semantics).
+    pub fn over(inner: impl ObjectStore + 'static, id: &str) -> Arc<TestStore> {
         Arc::new(TestStore {
-            inner: FileStore::new(root.to_path_buf()).expect("file store"),
+            inner: Box::new(inner),
             id: id.to_string(),
             gets: Mutex::default(),
             held: Mutex::default(),

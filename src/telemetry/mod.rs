@@ -48,7 +48,6 @@ pub use http::{MetricsServer, serve_metrics};
 
 use crate::cache::LineCache;
 use crate::config::TelemetryConfig;
-use crate::store::RetryBudget;
 
 /// Why OTLP export could not be set up. Nothing here carries a credential: endpoints are
 /// shown without any `user:password@`.
@@ -102,10 +101,6 @@ pub struct Metrics {
     fuse_errors: Counter<u64>,
     fuse_takeovers: Counter<u64>,
     mounted_backends: Gauge<u64>,
-    /// The process's retry budget, which every store it opens draws on. It rides with the
-    /// registry because both are built once per process and reach every place that opens a
-    /// store (see `daemon::open_store_checked`).
-    retry_budget: Arc<RetryBudget>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -227,7 +222,6 @@ impl Metrics {
                 .with_description("Backends currently mounted")
                 .build(),
             observed: Mutex::new(Vec::new()),
-            retry_budget: Arc::default(),
             meter,
             pull,
             provider,
@@ -238,11 +232,6 @@ impl Metrics {
     }
 
     /// Exposes the line cache's own counters at every collection.
-    /// The retry budget of the process, for the stores it opens.
-    pub fn retry_budget(&self) -> &Arc<RetryBudget> {
-        &self.retry_budget
-    }
-
     pub fn observe_cache(&self, cache: Arc<LineCache>) {
         let registrations = collectors::observe_cache(&self.meter, cache);
         self.observed

@@ -4,12 +4,15 @@
 //! both formats validate the same way.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::Ids;
 use super::defaults as d;
 use super::error::ConfigError;
 use super::pseudo::parse_pseudo;
-use super::reader::Section;
+use super::raw;
+use super::reader::Place;
+use super::scalar::{Flag, OptScalar, Real, Scalar, SecretText, Text, Whole};
 use super::secret::Secret;
 use super::types::{
     AIStoreOptions, AwsProfile, BackendConfig, BackendKind, FlatDirHint, ManifestConfig, RamConfig,
@@ -18,9 +21,6 @@ use super::types::{
 
 /// The accepted `backend_type` values, spelled as documented.
 const BACKEND_TYPES: &str = "S3, AIStore, GCS, PSEUDO, RAM, file";
-
-/// Sub-section names, one per type that has one.
-const SUB_SECTIONS: [&str; 5] = ["S3", "AIStore", "GCS", "RAM", "PSEUDO"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BackendType {
@@ -70,16 +70,17 @@ impl BackendType {
     }
 }
 
-/// Reads one backend entry.
+/// Checks one backend entry.
 pub(super) fn parse_backend(
-    s: &mut Section<'_>,
+    raw: raw::Backend,
+    s: &Place<'_>,
     ids: Ids,
     warnings: &mut Vec<String>,
 ) -> Result<BackendConfig, ConfigError> {
-    let dir_name = s.req_str("dir_name")?;
+    let dir_name = s.required("dir_name", raw.dir_name)?;
     check_dir_name(s, "dir_name", &dir_name)?;
 
-    let type_text = s.req_str("backend_type")?;
+    let type_text = s.required("backend_type", raw.backend_type)?;
     let ty = BackendType::parse(&type_text).ok_or_else(|| {
         s.invalid(
             "backend_type",
@@ -88,17 +89,17 @@ pub(super) fn parse_backend(
     })?;
 
     let bucket = if ty.needs_bucket() {
-        s.req_str("bucket_container_name")?
+        s.required("bucket_container_name", raw.bucket_container_name)?
     } else {
-        s.str_or("bucket_container_name", "")?
+        s.text_or("bucket_container_name", raw.bucket_container_name, "")?
     };
     if ty == BackendType::File {
         check_absolute(s, "bucket_container_name", &bucket)?;
     }
-    let prefix = s.str_or("prefix", "")?;
+    let prefix = s.text_or("prefix", raw.prefix, "")?;
     check_prefix(s, "prefix", &prefix)?;
 
-    let readonly = s.bool_or("readonly", d::READONLY)?;
+    let readonly = raw.readonly.value_or(d::READONLY);
     if !readonly && !ty.writable() {
         return Err(s.invalid(
             "readonly",
@@ -109,43 +110,103 @@ pub(super) fn parse_backend(
         ));
     }
     let mut backend = backend_defaults(dir_name, bucket, prefix, readonly, ids, BackendKind::File);
-    backend.flush_on_close = s.bool_or("flush_on_close", d::FLUSH_ON_CLOSE)?;
-    backend.uid = s.int_or("uid", ids.uid)?;
-    backend.gid = s.int_or("gid", ids.gid)?;
-    backend.dir_perm = s.perm_or("dir_perm", backend.dir_perm)?;
-    backend.file_perm = s.perm_or("file_perm", backend.file_perm)?;
-    backend.directory_page_size = s.int_or("directory_page_size", d::DIRECTORY_PAGE_SIZE)?;
-    backend.trace_level = s.int_or("trace_level", d::TRACE_LEVEL)?;
-    backend.manifest = parse_manifest(s, warnings)?;
+    backend.flush_on_close = raw.flush_on_close.value_or(d::FLUSH_ON_CLOSE);
+    backend.uid = raw.uid.value_or(ids.uid);
+    backend.gid = raw.gid.value_or(ids.gid);
+    backend.dir_perm = raw.dir_perm.value_or(backend.dir_perm);
+    backend.file_perm = raw.file_perm.value_or(backend.file_perm);
+    backend.directory_page_size = raw.directory_page_size.value_or(d::DIRECTORY_PAGE_SIZE);
+    backend.trace_level = raw.trace_level.value_or(d::TRACE_LEVEL);
+    backend.manifest = parse_manifest(
+        s,
+        raw.manifest_path,
+        raw.manifest_gen_workers,
+        raw.flat_dir_confirmation_pages,
+        raw.flat_dir_hints
+            .unwrap_or_default()
+            .into_iter()
+            .map(Scalar::get)
+            .collect(),
+    )?;
 
+    let given = [
+        ("S3", raw.s3.is_some()),
+        ("AIStore", raw.aistore.is_some()),
+        ("GCS", raw.gcs.is_some()),
+        ("RAM", raw.ram.is_some()),
+        ("PSEUDO", raw.pseudo.is_some()),
+    ];
     backend.kind = match ty {
-        BackendType::S3 => BackendKind::S3(parse_s3(s.section_or_empty("S3")?, warnings)?),
-        BackendType::AIStore => {
-            BackendKind::S3(parse_aistore(s.section_or_empty("AIStore")?, warnings)?)
-        }
-        BackendType::Gcs => BackendKind::S3(parse_gcs(s.section_or_empty("GCS")?, warnings)?),
-        BackendType::Ram => BackendKind::Ram(parse_ram(s.section_or_empty("RAM")?, warnings)?),
-        BackendType::Pseudo => {
-            BackendKind::Pseudo(parse_pseudo(s.section_or_empty("PSEUDO")?, warnings)?)
-        }
+        BackendType::S3 => BackendKind::S3(parse_s3(
+            raw.s3.value().unwrap_or_default(),
+            &s.child("S3"),
+            warnings,
+        )?),
+        BackendType::AIStore => BackendKind::S3(parse_aistore(
+            raw.aistore.value().unwrap_or_default(),
+            &s.child("AIStore"),
+        )?),
+        BackendType::Gcs => BackendKind::S3(parse_gcs(
+            raw.gcs.value().unwrap_or_default(),
+            &s.child("GCS"),
+        )?),
+        BackendType::Ram => BackendKind::Ram(parse_ram(
+            raw.ram.value().unwrap_or_default(),
+            &s.child("RAM"),
+        )?),
+        BackendType::Pseudo => BackendKind::Pseudo(parse_pseudo(
+            raw.pseudo.value().unwrap_or_default(),
+            &s.child("PSEUDO"),
+        )?),
         BackendType::File => BackendKind::File,
     };
-    for name in SUB_SECTIONS {
-        if name != ty.name() && s.has(name) {
-            s.ignore(name);
+    for (name, present) in given {
+        if present && name != ty.name() {
             warnings.push(s.warning(name, &format!("ignored, backend_type is {}", ty.name())));
         }
     }
-    // Tuning knobs of the Go write path, which works differently here.
-    s.legacy(
-        &[
-            "multipart_cache_line_threshold",
-            "upload_part_cache_lines",
-            "upload_part_concurrency",
-        ],
-        warnings,
-    );
     Ok(backend)
+}
+
+/// Puts keys handed over as values (not read from a file) into the store section of the
+/// backend's type: an S3 section takes them all, a GCS section its HMAC pair, and an AIStore
+/// backend signs nothing.
+pub(super) fn give_keys(raw: &mut raw::Backend, keys: &S3Credentials) {
+    let ty = raw
+        .backend_type
+        .as_ref()
+        .and_then(|t| BackendType::parse(&t.0));
+    match (ty, keys) {
+        (Some(BackendType::S3), S3Credentials::Anonymous) => {
+            raw.s3.get_or_insert_default().0.anonymous = Some(Flag(true));
+        }
+        (
+            Some(BackendType::S3),
+            S3Credentials::Static {
+                access_key_id,
+                secret_access_key,
+                session_token,
+            },
+        ) => {
+            let s3 = &mut raw.s3.get_or_insert_default().0;
+            s3.access_key_id = Some(Text(access_key_id.clone()));
+            s3.secret_access_key = Some(SecretText(secret_access_key.clone()));
+            s3.session_token = session_token.clone().map(SecretText);
+        }
+        (
+            Some(BackendType::Gcs),
+            S3Credentials::Static {
+                access_key_id,
+                secret_access_key,
+                ..
+            },
+        ) => {
+            let gcs = &mut raw.gcs.get_or_insert_default().0;
+            gcs.access_key_id = Some(Text(access_key_id.clone()));
+            gcs.secret_access_key = Some(SecretText(secret_access_key.clone()));
+        }
+        _ => {}
+    }
 }
 
 /// A backend with every optional key at its default; perms follow `readonly`.
@@ -187,15 +248,15 @@ pub(super) fn backend_defaults(
 impl Default for RetryConfig {
     fn default() -> Self {
         RetryConfig {
-            base_delay: std::time::Duration::from_millis(d::RETRY_BASE_DELAY_MS),
+            base_delay: Duration::from_millis(d::RETRY_BASE_DELAY_MS),
             multiplier: d::RETRY_NEXT_DELAY_MULTIPLIER,
-            max_delay: std::time::Duration::from_millis(d::RETRY_MAX_DELAY_MS),
+            max_delay: Duration::from_millis(d::RETRY_MAX_DELAY_MS),
         }
     }
 }
 
 /// A directory name under the mountpoint: one path component, not `.` or `..`.
-pub(super) fn check_dir_name(s: &Section<'_>, key: &str, name: &str) -> Result<(), ConfigError> {
+pub(super) fn check_dir_name(s: &Place<'_>, key: &str, name: &str) -> Result<(), ConfigError> {
     let problem = if name.is_empty() {
         Some("must not be empty")
     } else if name == "." || name == ".." {
@@ -213,7 +274,7 @@ pub(super) fn check_dir_name(s: &Section<'_>, key: &str, name: &str) -> Result<(
     }
 }
 
-pub(super) fn check_prefix(s: &Section<'_>, key: &str, prefix: &str) -> Result<(), ConfigError> {
+pub(super) fn check_prefix(s: &Place<'_>, key: &str, prefix: &str) -> Result<(), ConfigError> {
     if prefix.is_empty() || prefix.ends_with('/') {
         Ok(())
     } else {
@@ -225,7 +286,7 @@ pub(super) fn check_prefix(s: &Section<'_>, key: &str, prefix: &str) -> Result<(
 }
 
 /// The daemon runs detached from any working directory, so local paths must be absolute.
-pub(super) fn check_absolute(s: &Section<'_>, key: &str, path: &str) -> Result<(), ConfigError> {
+pub(super) fn check_absolute(s: &Place<'_>, key: &str, path: &str) -> Result<(), ConfigError> {
     if Path::new(path).is_absolute() {
         Ok(())
     } else {
@@ -234,7 +295,7 @@ pub(super) fn check_absolute(s: &Section<'_>, key: &str, path: &str) -> Result<(
 }
 
 /// Endpoints need a scheme: the SDKs otherwise fail later with a less helpful error.
-pub(super) fn check_url(s: &Section<'_>, key: &str, url: &str) -> Result<(), ConfigError> {
+pub(super) fn check_url(s: &Place<'_>, key: &str, url: &str) -> Result<(), ConfigError> {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"));
@@ -256,17 +317,17 @@ pub(super) fn check_url(s: &Section<'_>, key: &str, url: &str) -> Result<(), Con
 /// Keys given as a pair: both set means static credentials, neither means "not
 /// configured here", one alone is a mistake worth stopping for.
 pub(super) fn key_pair(
-    s: &Section<'_>,
+    s: &Place<'_>,
     (id_key, id): (&str, String),
-    (secret_key, secret): (&str, String),
-    session_token: Option<String>,
+    (secret_key, secret): (&str, Secret),
+    session_token: Option<Secret>,
 ) -> Result<Option<S3Credentials>, ConfigError> {
-    match (id.is_empty(), secret.is_empty()) {
+    match (id.is_empty(), secret.expose().is_empty()) {
         (true, true) => Ok(None),
         (false, false) => Ok(Some(S3Credentials::Static {
             access_key_id: id,
-            secret_access_key: Secret::new(secret),
-            session_token: session_token.filter(|t| !t.is_empty()).map(Secret::new),
+            secret_access_key: secret,
+            session_token: session_token.filter(|t| !t.expose().is_empty()),
         })),
         (false, true) => Err(s.invalid(
             secret_key,
@@ -279,11 +340,21 @@ pub(super) fn key_pair(
     }
 }
 
-/// The AWS config-file profile that supplies region and endpoint (`use_config_env`).
-pub(super) fn default_config_profile(
-    s: &Section<'_>,
+/// A secret given for `key`, or `default` (env-expanded) when absent.
+pub(super) fn secret_or(
+    s: &Place<'_>,
     key: &str,
-) -> Result<AwsProfile, ConfigError> {
+    given: Option<SecretText>,
+    default: &str,
+) -> Result<Secret, ConfigError> {
+    match given {
+        Some(SecretText(secret)) => Ok(secret),
+        None => s.expand_default(key, default).map(Secret::new),
+    }
+}
+
+/// The AWS config-file profile that supplies region and endpoint (`use_config_env`).
+pub(super) fn default_config_profile(s: &Place<'_>, key: &str) -> Result<AwsProfile, ConfigError> {
     Ok(AwsProfile {
         config_file: PathBuf::from(s.expand_default(key, d::S3_CONFIG_FILE)?),
         name: s.expand_default(key, d::S3_PROFILE)?,
@@ -291,41 +362,42 @@ pub(super) fn default_config_profile(
 }
 
 fn parse_manifest(
-    s: &mut Section<'_>,
-    warnings: &mut Vec<String>,
+    s: &Place<'_>,
+    path: Option<Text>,
+    gen_workers: Option<Whole<usize>>,
+    confirmation_pages: Option<Whole<u32>>,
+    hints: Vec<raw::FlatDirHint>,
 ) -> Result<ManifestConfig, ConfigError> {
-    let path = s.str_or("manifest_path", "")?;
+    let path = s.text_or("manifest_path", path, "")?;
     if !path.is_empty() {
         check_absolute(s, "manifest_path", &path)?;
     }
-    let gen_workers = s.int_or("manifest_gen_workers", d::MANIFEST_GEN_WORKERS)?;
+    let gen_workers = gen_workers.value_or(d::MANIFEST_GEN_WORKERS);
     if gen_workers == 0 {
         return Err(s.invalid("manifest_gen_workers", "must be at least 1"));
     }
-    let flat_dir_confirmation_pages = s.int_or(
-        "flat_dir_confirmation_pages",
-        d::FLAT_DIR_CONFIRMATION_PAGES,
-    )?;
-    let mut flat_dir_hints = Vec::new();
-    for (path, value) in s.opt_list("flat_dir_hints")?.unwrap_or_default() {
-        let mut h = s.item(path, value)?;
-        flat_dir_hints.push(parse_flat_dir_hint(&mut h)?);
-        h.finish(warnings);
+    let mut flat_dir_hints = Vec::with_capacity(hints.len());
+    for (i, hint) in hints.into_iter().enumerate() {
+        flat_dir_hints.push(parse_flat_dir_hint(hint, &s.item("flat_dir_hints", i))?);
     }
     Ok(ManifestConfig {
         path: (!path.is_empty()).then(|| PathBuf::from(path)),
         gen_workers,
-        flat_dir_confirmation_pages,
+        flat_dir_confirmation_pages: confirmation_pages.value_or(d::FLAT_DIR_CONFIRMATION_PAGES),
         flat_dir_hints,
     })
 }
 
-fn parse_flat_dir_hint(h: &mut Section<'_>) -> Result<FlatDirHint, ConfigError> {
-    let path = h.req_str("path")?;
+fn parse_flat_dir_hint(raw: raw::FlatDirHint, h: &Place<'_>) -> Result<FlatDirHint, ConfigError> {
+    let path = h.required("path", raw.path)?;
     if !path.ends_with('/') {
         return Err(h.invalid("path", format!("must end with \"/\" (got {path:?})")));
     }
-    let key_prefix_chars = h.str_or("key_prefix_chars", d::FLAT_DIR_KEY_PREFIX_CHARS)?;
+    let key_prefix_chars = h.text_or(
+        "key_prefix_chars",
+        raw.key_prefix_chars,
+        d::FLAT_DIR_KEY_PREFIX_CHARS,
+    )?;
     let distinct: std::collections::BTreeSet<char> = key_prefix_chars.chars().collect();
     if distinct.is_empty() || distinct.len() != key_prefix_chars.chars().count() {
         return Err(h.invalid(
@@ -333,7 +405,7 @@ fn parse_flat_dir_hint(h: &mut Section<'_>) -> Result<FlatDirHint, ConfigError> 
             "must be a non-empty set of distinct characters",
         ));
     }
-    let split_depth = h.int_or("split_depth", d::FLAT_DIR_SPLIT_DEPTH)?;
+    let split_depth = raw.split_depth.value_or(d::FLAT_DIR_SPLIT_DEPTH);
     let fanout = (distinct.len() as u64).checked_pow(split_depth);
     if split_depth == 0 || fanout.is_none_or(|f| f > d::MAX_FLAT_DIR_FANOUT) {
         return Err(h.invalid(
@@ -352,18 +424,21 @@ fn parse_flat_dir_hint(h: &mut Section<'_>) -> Result<FlatDirHint, ConfigError> 
     })
 }
 
-fn parse_retry(s: &mut Section<'_>) -> Result<RetryConfig, ConfigError> {
-    let base_delay = s.ms_or("retry_base_delay", d::RETRY_BASE_DELAY_MS)?;
-    let multiplier = s
-        .opt_f64("retry_next_delay_multiplier")?
-        .unwrap_or(d::RETRY_NEXT_DELAY_MULTIPLIER);
+fn parse_retry(
+    s: &Place<'_>,
+    base_delay: Option<Whole<u64>>,
+    multiplier: Option<Real>,
+    max_delay: Option<Whole<u64>>,
+) -> Result<RetryConfig, ConfigError> {
+    let base_delay = Duration::from_millis(base_delay.value_or(d::RETRY_BASE_DELAY_MS));
+    let multiplier = multiplier.value_or(d::RETRY_NEXT_DELAY_MULTIPLIER);
     if multiplier < 1.0 {
         return Err(s.invalid(
             "retry_next_delay_multiplier",
             format!("must be at least 1.0 so delays never shrink (got {multiplier})"),
         ));
     }
-    let max_delay = s.ms_or("retry_max_delay", d::RETRY_MAX_DELAY_MS)?;
+    let max_delay = Duration::from_millis(max_delay.value_or(d::RETRY_MAX_DELAY_MS));
     if !base_delay.is_zero() && max_delay < base_delay {
         return Err(s.invalid(
             "retry_max_delay",
@@ -377,33 +452,42 @@ fn parse_retry(s: &mut Section<'_>) -> Result<RetryConfig, ConfigError> {
     })
 }
 
-fn parse_s3(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, ConfigError> {
-    let use_config_env = s.bool_or("use_config_env", false)?;
-    let use_credentials_env = s.bool_or("use_credentials_env", false)?;
-    let anonymous = s.bool_or("anonymous", false)?;
-    let profile = s.str_or("config_credentials_profile", d::S3_PROFILE)?;
-    let config_file = if use_config_env {
-        Some(PathBuf::from(
-            s.str_or("config_file_path", d::S3_CONFIG_FILE)?,
-        ))
-    } else {
-        s.ignore("config_file_path");
-        None
+fn parse_s3(
+    raw: raw::S3,
+    s: &Place<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<S3Config, ConfigError> {
+    let use_config_env = raw.use_config_env.value_or(false);
+    let use_credentials_env = raw.use_credentials_env.value_or(false);
+    let anonymous = raw.anonymous.value_or(false);
+    let profile = s.text_or(
+        "config_credentials_profile",
+        raw.config_credentials_profile,
+        d::S3_PROFILE,
+    )?;
+    // The file paths only count when their `use_*_env` switch is on.
+    let config_file = match use_config_env {
+        true => Some(PathBuf::from(s.text_or(
+            "config_file_path",
+            raw.config_file_path,
+            d::S3_CONFIG_FILE,
+        )?)),
+        false => None,
     };
-    let credentials_file = if use_credentials_env {
-        Some(PathBuf::from(
-            s.str_or("credentials_file_path", d::S3_CREDENTIALS_FILE)?,
-        ))
-    } else {
-        s.ignore("credentials_file_path");
-        None
+    let credentials_file = match use_credentials_env {
+        true => Some(PathBuf::from(s.text_or(
+            "credentials_file_path",
+            raw.credentials_file_path,
+            d::S3_CREDENTIALS_FILE,
+        )?)),
+        false => None,
     };
 
-    let endpoint = s.str_or("endpoint", d::S3_ENDPOINT)?;
+    let endpoint = s.text_or("endpoint", raw.endpoint, d::S3_ENDPOINT)?;
     if !endpoint.is_empty() {
-        check_url(&s, "endpoint", &endpoint)?;
+        check_url(s, "endpoint", &endpoint)?;
     }
-    let mut region = s.str_or("region", d::S3_REGION)?;
+    let mut region = s.text_or("region", raw.region, d::S3_REGION)?;
     if region.is_empty() {
         if !use_config_env {
             return Err(s.invalid(
@@ -415,10 +499,14 @@ fn parse_s3(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, 
         region = d::FALLBACK_REGION.to_string();
     }
 
-    let explicit_keys = ["access_key_id", "secret_access_key", "session_token"]
-        .into_iter()
-        .filter(|k| s.has(k))
-        .collect::<Vec<_>>();
+    let explicit_keys: Vec<&str> = [
+        ("access_key_id", raw.access_key_id.is_some()),
+        ("secret_access_key", raw.secret_access_key.is_some()),
+        ("session_token", raw.session_token.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(key, given)| given.then_some(key))
+    .collect();
     let credentials = if anonymous {
         if let Some(k) = explicit_keys.first() {
             return Err(s.invalid(k, "cannot be combined with anonymous: true"));
@@ -429,13 +517,9 @@ fn parse_s3(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, 
                 "cannot be combined with anonymous: true",
             ));
         }
-        for k in ["access_key_id", "secret_access_key", "session_token"] {
-            s.ignore(k);
-        }
         S3Credentials::Anonymous
     } else if use_credentials_env {
         for k in &explicit_keys {
-            s.ignore(k);
             warnings.push(s.warning(k, "ignored, use_credentials_env is true"));
         }
         S3Credentials::Files {
@@ -444,19 +528,24 @@ fn parse_s3(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, 
             profile: profile.clone(),
         }
     } else {
-        let id = s.str_or("access_key_id", d::S3_ACCESS_KEY_ID)?;
-        let secret = s.str_or("secret_access_key", d::S3_SECRET_ACCESS_KEY)?;
         // An env session token only belongs with env keys; paired with keys written
         // in the file it would make every request fail to authenticate.
-        let token = match s.opt_str("session_token")? {
-            Some(t) => Some(t),
-            None if !s.has("access_key_id") => {
-                Some(s.expand_default("session_token", d::S3_SESSION_TOKEN)?)
+        let token = match raw.session_token {
+            Some(SecretText(t)) => Some(t),
+            None if raw.access_key_id.is_none() => {
+                Some(secret_or(s, "session_token", None, d::S3_SESSION_TOKEN)?)
             }
             None => None,
         };
+        let id = s.text_or("access_key_id", raw.access_key_id, d::S3_ACCESS_KEY_ID)?;
+        let secret = secret_or(
+            s,
+            "secret_access_key",
+            raw.secret_access_key,
+            d::S3_SECRET_ACCESS_KEY,
+        )?;
         match key_pair(
-            &s,
+            s,
             ("access_key_id", id),
             ("secret_access_key", secret),
             token,
@@ -471,11 +560,7 @@ fn parse_s3(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, 
         }
     };
 
-    let skip_tls_certificate_verify = s.bool_or("skip_tls_certificate_verify", false)?;
-    let virtual_hosted_style = s.bool_or("virtual_hosted_style_request", false)?;
-    let retry = parse_retry(&mut s)?;
-    s.legacy(&["unsigned_payload"], warnings);
-    let config = S3Config {
+    Ok(S3Config {
         flavor: S3Flavor::Aws,
         endpoint: (!endpoint.is_empty()).then_some(endpoint),
         region,
@@ -484,48 +569,54 @@ fn parse_s3(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, 
             config_file,
             name: profile,
         }),
-        skip_tls_certificate_verify,
-        virtual_hosted_style,
-        retry,
+        skip_tls_certificate_verify: raw.skip_tls_certificate_verify.value_or(false),
+        virtual_hosted_style: raw.virtual_hosted_style_request.value_or(false),
+        retry: parse_retry(
+            s,
+            raw.retry_base_delay,
+            raw.retry_next_delay_multiplier,
+            raw.retry_max_delay,
+        )?,
         aistore: None,
         gcs_api_key: None,
-    };
-    s.finish(warnings);
-    Ok(config)
+    })
 }
 
-fn parse_aistore(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, ConfigError> {
-    let endpoint = s.str_or("endpoint", d::AIS_ENDPOINT)?;
+fn parse_aistore(raw: raw::AIStore, s: &Place<'_>) -> Result<S3Config, ConfigError> {
+    let endpoint = s.text_or("endpoint", raw.endpoint, d::AIS_ENDPOINT)?;
     if endpoint.is_empty() {
         return Err(s.invalid("endpoint", "required; set it here or in AIS_ENDPOINT"));
     }
-    check_url(&s, "endpoint", &endpoint)?;
-    let skip_tls_certificate_verify = s.bool_or("skip_tls_certificate_verify", false)?;
-    let authn_token = s.str_or("authn_token", d::AIS_AUTHN_TOKEN)?;
-    let authn_token_file = s.str_or("authn_token_file", d::AIS_AUTHN_TOKEN_FILE)?;
-    let provider = s.str_or("provider", d::AIS_PROVIDER)?;
+    check_url(s, "endpoint", &endpoint)?;
+    let authn_token = secret_or(s, "authn_token", raw.authn_token, d::AIS_AUTHN_TOKEN)?;
+    let authn_token_file = s.text_or(
+        "authn_token_file",
+        raw.authn_token_file,
+        d::AIS_AUTHN_TOKEN_FILE,
+    )?;
+    let provider = s.text_or("provider", raw.provider, d::AIS_PROVIDER)?;
     if provider.is_empty() {
         return Err(s.invalid(
             "provider",
             "must not be empty (\"ais\" for native AIStore buckets)",
         ));
     }
-    let timeout = s.ms_or("timeout", d::AIS_TIMEOUT_MS)?;
+    let timeout = Duration::from_millis(raw.timeout.value_or(d::AIS_TIMEOUT_MS));
     if timeout.is_zero() {
         return Err(s.invalid("timeout", "must be greater than 0"));
     }
-    let manifest_gen_backend = s.str_or("manifest_gen_backend", "")?;
-    let config = S3Config {
+    let manifest_gen_backend = s.text_or("manifest_gen_backend", raw.manifest_gen_backend, "")?;
+    Ok(S3Config {
         flavor: S3Flavor::AIStore,
         endpoint: Some(endpoint),
         region: d::AIS_REGION.to_string(),
         credentials: S3Credentials::Anonymous,
         config_profile: None,
-        skip_tls_certificate_verify,
+        skip_tls_certificate_verify: raw.skip_tls_certificate_verify.value_or(false),
         virtual_hosted_style: false,
         retry: RetryConfig::default(),
         aistore: Some(AIStoreOptions {
-            authn_token: (!authn_token.is_empty()).then(|| Secret::new(authn_token)),
+            authn_token: (!authn_token.expose().is_empty()).then_some(authn_token),
             authn_token_file: (!authn_token_file.is_empty())
                 .then(|| PathBuf::from(authn_token_file)),
             provider,
@@ -534,65 +625,79 @@ fn parse_aistore(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Con
                 .then_some(manifest_gen_backend),
         }),
         gcs_api_key: None,
-    };
-    s.finish(warnings);
-    Ok(config)
+    })
 }
 
-fn parse_gcs(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<S3Config, ConfigError> {
-    let api_key = s.str_or("api_key", "")?;
-    let endpoint = s.str_or("endpoint", "")?;
+fn parse_gcs(raw: raw::Gcs, s: &Place<'_>) -> Result<S3Config, ConfigError> {
+    let api_key = secret_or(s, "api_key", raw.api_key, "")?;
+    let endpoint = s.text_or("endpoint", raw.endpoint, "")?;
     let endpoint = if endpoint.is_empty() {
         d::GCS_ENDPOINT.to_string()
     } else {
-        check_url(&s, "endpoint", &endpoint)?;
+        check_url(s, "endpoint", &endpoint)?;
         endpoint
     };
-    let skip_tls_certificate_verify = s.bool_or("skip_tls_certificate_verify", false)?;
     // HMAC interoperability keys: what an S3 client needs to sign requests to GCS.
-    let id = s.str_or("access_key_id", "")?;
-    let secret = s.str_or("secret_access_key", "")?;
+    let id = s.text_or("access_key_id", raw.access_key_id, "")?;
+    let secret = secret_or(s, "secret_access_key", raw.secret_access_key, "")?;
     let credentials = key_pair(
-        &s,
+        s,
         ("access_key_id", id),
         ("secret_access_key", secret),
         None,
     )?
     .unwrap_or(S3Credentials::Anonymous);
-    let retry = parse_retry(&mut s)?;
-    let config = S3Config {
+    Ok(S3Config {
         flavor: S3Flavor::Gcs,
         endpoint: Some(endpoint),
         region: d::GCS_REGION.to_string(),
         credentials,
         config_profile: None,
-        skip_tls_certificate_verify,
+        skip_tls_certificate_verify: raw.skip_tls_certificate_verify.value_or(false),
         virtual_hosted_style: false,
-        retry,
+        retry: parse_retry(
+            s,
+            raw.retry_base_delay,
+            raw.retry_next_delay_multiplier,
+            raw.retry_max_delay,
+        )?,
         aistore: None,
-        gcs_api_key: (!api_key.is_empty()).then(|| Secret::new(api_key)),
-    };
-    s.finish(warnings);
-    Ok(config)
+        gcs_api_key: (!api_key.expose().is_empty()).then_some(api_key),
+    })
 }
 
-fn parse_ram(mut s: Section<'_>, warnings: &mut Vec<String>) -> Result<RamConfig, ConfigError> {
-    let config = RamConfig {
-        max_list_page_size: positive(&mut s, "max_list_page_size", d::RAM_MAX_LIST_PAGE_SIZE)?,
-        max_total_objects: positive(&mut s, "max_total_objects", d::RAM_MAX_TOTAL_OBJECTS)?,
+fn parse_ram(raw: raw::Ram, s: &Place<'_>) -> Result<RamConfig, ConfigError> {
+    Ok(RamConfig {
+        max_list_page_size: positive(
+            s,
+            "max_list_page_size",
+            raw.max_list_page_size,
+            d::RAM_MAX_LIST_PAGE_SIZE,
+        )?,
+        max_total_objects: positive(
+            s,
+            "max_total_objects",
+            raw.max_total_objects,
+            d::RAM_MAX_TOTAL_OBJECTS,
+        )?,
         max_total_object_space: positive(
-            &mut s,
+            s,
             "max_total_object_space",
+            raw.max_total_object_space,
             d::RAM_MAX_TOTAL_OBJECT_SPACE,
         )?,
-    };
-    s.finish(warnings);
-    Ok(config)
+    })
 }
 
-fn positive(s: &mut Section<'_>, key: &str, default: u64) -> Result<u64, ConfigError> {
-    let v = s.int_or(key, default)?;
-    if v == 0 {
+/// A count that 0 would make meaningless.
+pub(super) fn positive<T: PartialEq + From<u8>>(
+    s: &Place<'_>,
+    key: &str,
+    given: Option<Whole<T>>,
+    default: T,
+) -> Result<T, ConfigError> {
+    let v = given.value_or(default);
+    if v == T::from(0) {
         return Err(s.invalid(key, "must be greater than 0"));
     }
     Ok(v)

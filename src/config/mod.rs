@@ -3,10 +3,13 @@
 //! implementation, and turns it into one typed, validated [`Config`].
 //!
 //! This is the only module that reads YAML, JSON or the environment for settings.
-//! Parsing goes text → JSON tree → env expansion of every string → a hand-written
-//! walk (`reader::Section`) that tracks the key path, so every error reads like
+//! Parsing goes text → JSON tree → env expansion of every string → serde into the
+//! file's own shape (`raw.rs`, with the value adapters of `scalar.rs`) keeping key
+//! paths (`reader.rs`), so every error reads like
 //! `config.yaml: backends[1].prefix: must end with "/"` and unknown keys become
-//! warnings instead of silently vanishing. Defaults live in `defaults.rs` only.
+//! warnings instead of silently vanishing → the checks of `v1.rs`, `msc.rs`,
+//! `backend.rs`, … that turn it into the typed [`Config`]. Defaults live in
+//! `defaults.rs` only.
 
 mod backend;
 mod defaults;
@@ -15,7 +18,9 @@ mod expand;
 mod locate;
 mod msc;
 mod pseudo;
+mod raw;
 mod reader;
+mod scalar;
 mod secret;
 mod telemetry;
 mod types;
@@ -28,6 +33,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 pub use error::ConfigError;
@@ -41,7 +47,8 @@ pub use types::{
 };
 
 use expand::expand_tree;
-use reader::Section;
+use reader::Place;
+use scalar::{Scalar, Whole};
 
 /// A parsed configuration and the non-fatal findings (unknown or deprecated keys,
 /// skipped profiles), each `"file: key.path: what"`, for the caller to log.
@@ -100,10 +107,17 @@ pub fn parse_str(
 
     let ids = Ids::current();
     let mut warnings = Vec::new();
-    let mut root = Section::root(&map, source, env);
-    let mut config = match root.int_or("msfs_version", 0u64)? {
-        0 => msc::parse_msc(root, ids, &mut warnings)?,
-        1 => v1::parse_v1(root, ids, &mut warnings)?,
+    let root = Place::root(source, env);
+    let version = match map.get("msfs_version") {
+        None | Some(Value::Null) => 0,
+        Some(v) => Whole::<u64>::deserialize(v)
+            .map_err(|e| root.invalid("msfs_version", e.to_string()))?
+            .get(),
+    };
+    let tree = Value::Object(map);
+    let mut config = match version {
+        0 => msc::parse_msc(tree, &root, ids, &mut warnings)?,
+        1 => v1::parse_v1(tree, &root, ids, &mut warnings)?,
         n => {
             return Err(root.invalid(
                 "msfs_version",
@@ -115,6 +129,30 @@ pub fn parse_str(
         config.mountpoint = PathBuf::from(mountpoint);
     }
     Ok(Loaded { config, warnings })
+}
+
+/// Backends that another front end (the CSI plugin) describes as `msfs_version: 1`
+/// `backends[i]` entries, checked exactly like those of a file. `keys` reach each entry's
+/// store section as values, so credentials never pass through a tree or a text. Values are
+/// taken literally (no `$VAR` expansion); `env` only fills built-in defaults. Errors name
+/// `backends[i].…` keys of `source`.
+pub fn parse_backends(
+    entries: Vec<Value>,
+    keys: &S3Credentials,
+    source: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<BackendConfig>, Vec<String>), ConfigError> {
+    let root = Place::root(source, env);
+    let mut warnings = Vec::new();
+    let mut raw = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let mut backend: raw::Backend =
+            reader::read(entry, &root.item("backends", i), &[], &mut warnings)?;
+        backend::give_keys(&mut backend, keys);
+        raw.push(reader::Section(backend));
+    }
+    let backends = v1::parse_backends(&root, raw, Ids::current(), &mut warnings)?;
+    Ok((backends, warnings))
 }
 
 /// The identity files and directories belong to unless the config says otherwise.

@@ -3,137 +3,158 @@
 //! backend named after the profile; `posix` carries the mount settings; every
 //! other setting keeps its `msfs_version: 1` default.
 
+use serde_json::Value;
+
 use super::Ids;
 use super::backend::{
     backend_defaults, check_absolute, check_dir_name, check_url, default_config_profile, key_pair,
 };
 use super::defaults as d;
 use super::error::ConfigError;
-use super::reader::Section;
+use super::raw;
+use super::reader::{Place, Section, read};
+use super::scalar::{OptScalar, SecretText};
+use super::secret::Secret;
 use super::telemetry::parse_telemetry;
 use super::types::{
     BackendConfig, BackendKind, Config, RetryConfig, S3Config, S3Credentials, S3Flavor,
 };
 use super::v1::{check_mountname, config_defaults, seconds};
 
-/// MSC keys for the Python client that have no meaning for a mount.
-const PYTHON_ONLY_TOP_LEVEL: &[&str] =
-    &["cache", "path_mapping", "experimental_features", "include"];
-const PYTHON_ONLY_PROFILE: &[&str] = &[
-    "caching_enabled",
-    "retry",
-    "replicas",
-    "autocommit",
-    "comment",
+/// Keys of the Python client that have no meaning for a mount.
+const LEGACY: &[(&str, &[&str])] = &[
+    (
+        "",
+        &["cache", "path_mapping", "experimental_features", "include"],
+    ),
+    (
+        "profiles.*",
+        &[
+            "caching_enabled",
+            "retry",
+            "replicas",
+            "autocommit",
+            "comment",
+        ],
+    ),
 ];
 
+/// Reads and checks an MSC file's tree.
 pub(super) fn parse_msc(
-    mut root: Section<'_>,
+    tree: Value,
+    s: &Place<'_>,
     ids: Ids,
     warnings: &mut Vec<String>,
 ) -> Result<Config, ConfigError> {
-    let mut c = config_defaults(root.source(), ids);
+    let raw: raw::Msc = read(tree, s, LEGACY, warnings)?;
+    let mut c = config_defaults(s.source(), ids);
     let mut readonly = d::READONLY;
-    if let Some(mut posix) = root.opt_section("posix")? {
-        if let Some(name) = posix.opt_str("mountname")? {
-            check_mountname(&posix, "mountname", &name)?;
+    if let Some(Section(posix)) = raw.posix {
+        if let Some(name) = posix.mountname.value() {
+            check_mountname(&s.child("posix"), "mountname", &name)?;
             c.mountname = name;
         }
-        if let Some(mountpoint) = posix.opt_str("mountpoint")? {
+        if let Some(mountpoint) = posix.mountpoint.value() {
             c.mountpoint = mountpoint.into();
         }
-        c.allow_other = posix.bool_or("allow_other", c.allow_other)?;
-        c.auto_sighup_interval =
-            seconds(posix.int_or("auto_sighup_interval", d::AUTO_SIGHUP_INTERVAL_SECS)?);
+        c.allow_other = posix.allow_other.value_or(c.allow_other);
+        c.auto_sighup_interval = seconds(
+            posix
+                .auto_sighup_interval
+                .value_or(d::AUTO_SIGHUP_INTERVAL_SECS),
+        );
         // The Go version always mounts MSC profiles read-only; writing is opt-in here.
-        readonly = posix.bool_or("readonly", d::READONLY)?;
-        posix.finish(warnings);
+        readonly = posix.readonly.value_or(d::READONLY);
     }
-    if let Some(otel) = root.opt_section("opentelemetry")? {
-        c.telemetry = parse_telemetry(otel, warnings)?;
+    if let Some(Section(otel)) = raw.opentelemetry {
+        c.telemetry = parse_telemetry(otel, &s.child("opentelemetry"), warnings)?;
     }
 
-    let mut profiles = root.section_or_empty("profiles")?;
-    for (name, profile) in profiles.named_sections()? {
+    let profiles = s.child("profiles");
+    for (name, Section(profile)) in raw.profiles.unwrap_or_default() {
         check_dir_name(&profiles, &name, &name)?;
-        if let Some(backend) = parse_profile(name, profile, readonly, ids, warnings)? {
+        let at = profiles.child(&name);
+        if let Some(backend) = parse_profile(name, profile, &at, readonly, ids, warnings)? {
             c.backends.push(backend);
         }
     }
-    profiles.finish(warnings);
     if c.backends.is_empty() {
-        warnings.push(root.warning(
+        warnings.push(s.warning(
             "profiles",
             "no profile msfs can mount; the mount will be empty",
         ));
     }
-    root.legacy(PYTHON_ONLY_TOP_LEVEL, warnings);
-    root.finish(warnings);
     Ok(c)
 }
 
 /// One profile, or `None` (with a warning) when its storage is not one msfs serves.
 fn parse_profile(
     name: String,
-    mut p: Section<'_>,
+    p: raw::Profile,
+    at: &Place<'_>,
     readonly: bool,
     ids: Ids,
     warnings: &mut Vec<String>,
 ) -> Result<Option<BackendConfig>, ConfigError> {
-    let Some(mut sp) = p.opt_section("storage_provider")? else {
+    let Some(Section(sp)) = p.storage_provider else {
         // Profiles that only hold a provider bundle or metadata are for the Python client.
         warnings.push(format!(
             "{}: {}: no storage_provider, profile skipped",
-            p.source().display(),
-            p.path()
+            at.source().display(),
+            at.path()
         ));
         return Ok(None);
     };
-    let kind = sp.req_str("type")?;
-    let mut opts = sp.section_or_empty("options")?;
+    let sp_at = at.child("storage_provider");
+    let opts_at = sp_at.child("options");
+    let options = sp.options.unwrap_or(Value::Null);
+    let kind = sp_at.required("type", sp.kind)?;
     let backend = match kind.as_str() {
         "s3" | "s8k" => {
-            let base_path = opts.req_str("base_path")?;
-            let (bucket, prefix) = split_base_path(&opts, &base_path)?;
-            let s3 = s3_from_profile(&mut p, &mut opts, warnings)?;
+            let mut opts: raw::S3Options = read_options(options, &opts_at, warnings)?;
+            let base_path = opts_at.required("base_path", opts.base_path.take())?;
+            let (bucket, prefix) = split_base_path(&opts_at, &base_path)?;
+            let s3 = s3_from_profile(p.credentials_provider.value(), opts, at, &opts_at, warnings)?;
             backend_defaults(name, bucket, prefix, readonly, ids, BackendKind::S3(s3))
         }
         "file" => {
-            let base_path = opts.req_str("base_path")?;
-            check_absolute(&opts, "base_path", &base_path)?;
-            if p.has("credentials_provider") {
-                p.ignore("credentials_provider");
-                warnings.push(p.warning(
+            let opts: raw::FileOptions = read_options(options, &opts_at, warnings)?;
+            let base_path = opts_at.required("base_path", opts.base_path)?;
+            check_absolute(&opts_at, "base_path", &base_path)?;
+            if p.credentials_provider.is_some() {
+                warnings.push(at.warning(
                     "credentials_provider",
                     "ignored for a file storage provider",
                 ));
             }
-            backend_defaults(
-                name,
-                base_path,
-                String::new(),
-                readonly,
-                ids,
-                BackendKind::File,
-            )
+            let kind = BackendKind::File;
+            backend_defaults(name, base_path, String::new(), readonly, ids, kind)
         }
         other => {
-            warnings.push(sp.warning(
+            warnings.push(sp_at.warning(
                 "type",
                 &format!("storage provider {other:?} is not supported by msfs (supported: s3, s8k, file); profile skipped"),
             ));
             return Ok(None);
         }
     };
-    opts.finish(warnings);
-    sp.finish(warnings);
-    p.legacy(PYTHON_ONLY_PROFILE, warnings);
-    p.finish(warnings);
     Ok(Some(backend))
 }
 
+/// A provider's `options`; absent ones read as empty.
+fn read_options<T: serde::de::DeserializeOwned + Default>(
+    options: Value,
+    at: &Place<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<T, ConfigError> {
+    match options {
+        Value::Null => Ok(T::default()),
+        tree => read(tree, at, &[], warnings),
+    }
+}
+
 /// `bucket` or `bucket/some/prefix` → (`bucket`, `some/prefix/`).
-fn split_base_path(opts: &Section<'_>, base_path: &str) -> Result<(String, String), ConfigError> {
+fn split_base_path(opts: &Place<'_>, base_path: &str) -> Result<(String, String), ConfigError> {
     if base_path.contains("://") {
         return Err(opts.invalid(
             "base_path",
@@ -156,63 +177,67 @@ fn split_base_path(opts: &Section<'_>, base_path: &str) -> Result<(String, Strin
 }
 
 fn s3_from_profile(
-    p: &mut Section<'_>,
-    opts: &mut Section<'_>,
+    credentials_provider: Option<raw::Provider>,
+    opts: raw::S3Options,
+    at: &Place<'_>,
+    opts_at: &Place<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<S3Config, ConfigError> {
     // Without either key the Go version reads both from the AWS config file profile.
-    let from_profile = !opts.has("endpoint_url") && !opts.has("region_name");
-    let endpoint = opts.str_or("endpoint_url", d::S3_ENDPOINT)?;
+    let from_profile = opts.endpoint_url.is_none() && opts.region_name.is_none();
+    let endpoint = opts_at.text_or("endpoint_url", opts.endpoint_url, d::S3_ENDPOINT)?;
     if !endpoint.is_empty() {
-        check_url(opts, "endpoint_url", &endpoint)?;
+        check_url(opts_at, "endpoint_url", &endpoint)?;
     }
-    let region = match opts.opt_str("region_name")? {
+    let region = match opts.region_name.value() {
         Some(r) if !r.is_empty() => r,
-        _ => opts.expand_default("region_name", d::S3_REGION)?,
+        _ => opts_at.expand_default("region_name", d::S3_REGION)?,
     };
     let config_profile = if from_profile {
-        Some(default_config_profile(opts, "region_name")?)
+        Some(default_config_profile(opts_at, "region_name")?)
     } else {
         None
     };
+    let given = |secret: Option<SecretText>| secret.value().unwrap_or_else(|| Secret::new(""));
 
-    let credentials = match p.opt_section("credentials_provider")? {
-        Some(mut cp) => {
-            let kind = cp.req_str("type")?;
+    let credentials = match credentials_provider {
+        Some(cp) => {
+            let cp_at = at.child("credentials_provider");
+            let kind = cp_at.required("type", cp.kind)?;
             if kind != "S3Credentials" {
-                return Err(cp.invalid(
+                return Err(cp_at.invalid(
                     "type",
                     format!(
                         "unsupported credentials provider {kind:?}; msfs supports S3Credentials"
                     ),
                 ));
             }
-            let mut co = cp.section_or_empty("options")?;
-            let id = co.str_or("access_key", "")?;
-            let secret = co.str_or("secret_key", "")?;
-            let token = co.opt_str("session_token")?;
-            let creds = key_pair(&co, ("access_key", id), ("secret_key", secret), token)?;
-            co.finish(warnings);
-            cp.finish(warnings);
-            for key in ["access_key_id", "secret_access_key", "session_token"] {
-                if opts.has(key) {
-                    opts.ignore(key);
-                    warnings.push(opts.warning(key, "ignored, credentials_provider is set"));
+            let co_at = cp_at.child("options");
+            let co: raw::CredentialsOptions =
+                read_options(cp.options.unwrap_or(Value::Null), &co_at, warnings)?;
+            let id = co.access_key.value().unwrap_or_default();
+            let keys = (("access_key", id), ("secret_key", given(co.secret_key)));
+            let creds = key_pair(&co_at, keys.0, keys.1, co.session_token.value())?;
+            for (key, present) in [
+                ("access_key_id", opts.access_key_id.is_some()),
+                ("secret_access_key", opts.secret_access_key.is_some()),
+                ("session_token", opts.session_token.is_some()),
+            ] {
+                if present {
+                    warnings.push(opts_at.warning(key, "ignored, credentials_provider is set"));
                 }
             }
             creds
         }
-        None => {
-            let id = opts.str_or("access_key_id", "")?;
-            let secret = opts.str_or("secret_access_key", "")?;
-            let token = opts.opt_str("session_token")?;
-            key_pair(
-                opts,
-                ("access_key_id", id),
-                ("secret_access_key", secret),
-                token,
-            )?
-        }
+        None => key_pair(
+            opts_at,
+            (
+                "access_key_id",
+                opts.access_key_id.value().unwrap_or_default(),
+            ),
+            ("secret_access_key", given(opts.secret_access_key)),
+            opts.session_token.value(),
+        )?,
     };
     Ok(S3Config {
         flavor: S3Flavor::Aws,

@@ -1,19 +1,29 @@
 //! The `PSEUDO:` sub-section (a generated tree for benchmarks) and the printf-style
 //! name formats it uses, which only this module knows how to check and expand.
 
+use std::time::Duration;
+
+use super::backend::positive;
 use super::defaults as d;
 use super::error::ConfigError;
-use super::reader::Section;
+use super::raw;
+use super::reader::Place;
+use super::scalar::{OptScalar, Whole};
 use super::types::{PseudoConfig, PseudoLatencies};
 
-pub(super) fn parse_pseudo(
-    mut s: Section<'_>,
-    warnings: &mut Vec<String>,
-) -> Result<PseudoConfig, ConfigError> {
-    let dir_name_format = s.str_or("dir_name_format", d::PSEUDO_DIR_NAME_FORMAT)?;
-    check_format(&s, "dir_name_format", &dir_name_format)?;
-    let file_name_format = s.str_or("file_name_format", d::PSEUDO_FILE_NAME_FORMAT)?;
-    check_format(&s, "file_name_format", &file_name_format)?;
+pub(super) fn parse_pseudo(raw: raw::Pseudo, s: &Place<'_>) -> Result<PseudoConfig, ConfigError> {
+    let dir_name_format = s.text_or(
+        "dir_name_format",
+        raw.dir_name_format,
+        d::PSEUDO_DIR_NAME_FORMAT,
+    )?;
+    check_format(s, "dir_name_format", &dir_name_format)?;
+    let file_name_format = s.text_or(
+        "file_name_format",
+        raw.file_name_format,
+        d::PSEUDO_FILE_NAME_FORMAT,
+    )?;
+    check_format(s, "file_name_format", &file_name_format)?;
     // Listings interleave nothing: every generated directory must sort before every file.
     if format_name(&dir_name_format, 0) >= format_name(&file_name_format, 0) {
         return Err(s.invalid(
@@ -21,39 +31,44 @@ pub(super) fn parse_pseudo(
             "generated directory names must sort before generated file names",
         ));
     }
-    let mut files_at_depth = [0u32; 4];
-    for (depth, slot) in files_at_depth.iter_mut().enumerate() {
-        *slot = s.int_or(&format!("files_at_depth_{depth}"), 0u32)?;
-    }
-    let mut subdirectories_at_depth = [0u32; 3];
-    for (depth, slot) in subdirectories_at_depth.iter_mut().enumerate() {
-        *slot = s.int_or(&format!("subdirectories_at_depth_{depth}"), 0u32)?;
-    }
-    check_shape(&s, &files_at_depth, &subdirectories_at_depth)?;
-    let max_list_page_size = s.int_or("max_list_page_size", d::PSEUDO_MAX_LIST_PAGE_SIZE)?;
-    if max_list_page_size == 0 {
-        return Err(s.invalid("max_list_page_size", "must be greater than 0"));
-    }
-    let config = PseudoConfig {
+    let files_at_depth = [
+        raw.files_at_depth_0,
+        raw.files_at_depth_1,
+        raw.files_at_depth_2,
+        raw.files_at_depth_3,
+    ]
+    .map(|n| n.value_or(0));
+    let subdirectories_at_depth = [
+        raw.subdirectories_at_depth_0,
+        raw.subdirectories_at_depth_1,
+        raw.subdirectories_at_depth_2,
+    ]
+    .map(|n| n.value_or(0));
+    check_shape(s, &files_at_depth, &subdirectories_at_depth)?;
+    let ms = |given: Option<Whole<u64>>| Duration::from_millis(given.value_or(0));
+    Ok(PseudoConfig {
         dir_name_format,
         file_name_format,
-        dir_starting_number: s.int_or("dir_starting_number", 0u64)?,
-        file_starting_number: s.int_or("file_starting_number", 0u64)?,
-        file_size: s.int_or("file_size", 0u64)?,
+        dir_starting_number: raw.dir_starting_number.value_or(0),
+        file_starting_number: raw.file_starting_number.value_or(0),
+        file_size: raw.file_size.value_or(0),
         files_at_depth,
         subdirectories_at_depth,
-        max_list_page_size,
+        max_list_page_size: positive(
+            s,
+            "max_list_page_size",
+            raw.max_list_page_size,
+            d::PSEUDO_MAX_LIST_PAGE_SIZE,
+        )?,
         min_latency: PseudoLatencies {
-            delete_file: s.ms_or("min_latency_delete_file", 0)?,
-            list_directory: s.ms_or("min_latency_list_directory", 0)?,
-            list_objects: s.ms_or("min_latency_list_objects", 0)?,
-            read_file: s.ms_or("min_latency_read_file", 0)?,
-            stat_directory: s.ms_or("min_latency_stat_directory", 0)?,
-            stat_file: s.ms_or("min_latency_stat_file", 0)?,
+            delete_file: ms(raw.min_latency_delete_file),
+            list_directory: ms(raw.min_latency_list_directory),
+            list_objects: ms(raw.min_latency_list_objects),
+            read_file: ms(raw.min_latency_read_file),
+            stat_directory: ms(raw.min_latency_stat_directory),
+            stat_file: ms(raw.min_latency_stat_file),
         },
-    };
-    s.finish(warnings);
-    Ok(config)
+    })
 }
 
 impl PseudoConfig {
@@ -76,7 +91,7 @@ impl PseudoConfig {
 
 /// Files or sub-directories below a level that has no sub-directories could never
 /// be reached; the Go implementation rejects those shapes and so do we.
-fn check_shape(s: &Section<'_>, files: &[u32; 4], subdirs: &[u32; 3]) -> Result<(), ConfigError> {
+fn check_shape(s: &Place<'_>, files: &[u32; 4], subdirs: &[u32; 3]) -> Result<(), ConfigError> {
     for depth in 0..3 {
         let below_files = files[depth + 1..].iter().any(|&n| n > 0);
         let below_dirs = subdirs[depth + 1..].iter().any(|&n| n > 0);
@@ -156,7 +171,7 @@ fn next_spec(fmt: &str) -> Result<Option<(String, Spec, &str)>, String> {
     Ok(None)
 }
 
-fn check_format(s: &Section<'_>, key: &str, fmt: &str) -> Result<(), ConfigError> {
+fn check_format(s: &Place<'_>, key: &str, fmt: &str) -> Result<(), ConfigError> {
     let bad = |m: String| s.invalid(key, format!("{fmt:?}: {m}"));
     let Some((literal, _, rest)) = next_spec(fmt).map_err(bad)? else {
         return Err(bad(

@@ -4,11 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde_json::Value;
+
 use super::Ids;
-use super::backend::{check_absolute, check_url, parse_backend};
+use super::backend::{check_absolute, check_url, parse_backend, positive};
 use super::defaults as d;
 use super::error::ConfigError;
-use super::reader::{Section, index_path};
+use super::raw;
+use super::reader::{Place, Section, index_path, read};
+use super::scalar::{OptScalar, Whole};
 use super::telemetry::parse_telemetry;
 use super::types::{
     BackendConfig, BackendKind, CacheConfig, CacheStorage, Config, S3Config, S3Flavor,
@@ -85,86 +89,124 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
     }
 }
 
+/// Where keys of older implementations may sit in this format.
+const LEGACY: &[(&str, &[&str])] = &[
+    ("", LEGACY_TOP_LEVEL),
+    // Tuning knobs of the Go write path, which works differently here.
+    (
+        "backends[]",
+        &[
+            "multipart_cache_line_threshold",
+            "upload_part_cache_lines",
+            "upload_part_concurrency",
+        ],
+    ),
+    ("backends[].S3", &["unsigned_payload"]),
+];
+
+/// Reads and checks a `msfs_version: 1` file's tree.
 pub(super) fn parse_v1(
-    mut s: Section<'_>,
+    tree: Value,
+    s: &Place<'_>,
     ids: Ids,
     warnings: &mut Vec<String>,
 ) -> Result<Config, ConfigError> {
+    let mut raw: raw::V1 = read(tree, s, LEGACY, warnings)?;
     let mut c = config_defaults(s.source(), ids);
-    c.mountname = s.str_or("mountname", d::MOUNTNAME)?;
-    check_mountname(&s, "mountname", &c.mountname)?;
-    c.mountpoint = PathBuf::from(s.str_or("mountpoint", d::MOUNTPOINT)?);
-    c.fuse_workers = s.int_or("fuse_workers", d::FUSE_WORKERS)?;
-    c.uid = s.int_or("uid", ids.uid)?;
-    c.gid = s.int_or("gid", ids.gid)?;
-    c.dir_perm = s.perm_or("dir_perm", d::ROOT_DIR_PERM)?;
-    c.allow_other = s.bool_or("allow_other", d::ALLOW_OTHER)?;
-    c.max_write = s.int_or("max_write", d::MAX_WRITE)?;
+    c.mountname = s.text_or("mountname", raw.mountname.take(), d::MOUNTNAME)?;
+    check_mountname(s, "mountname", &c.mountname)?;
+    c.mountpoint = PathBuf::from(s.text_or("mountpoint", raw.mountpoint.take(), d::MOUNTPOINT)?);
+    c.fuse_workers = raw.fuse_workers.value_or(d::FUSE_WORKERS);
+    c.uid = raw.uid.value_or(ids.uid);
+    c.gid = raw.gid.value_or(ids.gid);
+    c.dir_perm = raw.dir_perm.value_or(d::ROOT_DIR_PERM);
+    c.allow_other = raw.allow_other.value_or(d::ALLOW_OTHER);
+    c.max_write = raw.max_write.value_or(d::MAX_WRITE);
     if c.max_write < 4096 {
         return Err(s.invalid("max_write", "must be at least 4096 (one page)"));
     }
-    parse_ttls(&mut s, &mut c)?;
-    c.cache = parse_cache(&mut s, warnings)?;
-    c.multipart_upload_threshold_bytes = s.int_or(
-        "multipart_upload_threshold_bytes",
-        d::MULTIPART_UPLOAD_THRESHOLD_BYTES,
-    )?;
+    parse_ttls(s, &raw, &mut c)?;
+    c.cache = parse_cache(s, &mut raw, warnings)?;
+    c.multipart_upload_threshold_bytes = raw
+        .multipart_upload_threshold_bytes
+        .value_or(d::MULTIPART_UPLOAD_THRESHOLD_BYTES);
     if c.multipart_upload_threshold_bytes > d::MAX_SINGLE_PUT_BYTES {
         return Err(s.invalid(
             "multipart_upload_threshold_bytes",
             "must be at most 5368709120 (5 GiB), the largest object S3 accepts in a single PUT",
         ));
     }
-    c.write_commit_workers = s.int_or("write_commit_workers", d::WRITE_COMMIT_WORKERS)?;
-    if c.write_commit_workers == 0 {
-        return Err(s.invalid("write_commit_workers", "must be at least 1"));
-    }
-    c.write_dirty_limit_bytes = s.int_or("write_dirty_limit_bytes", d::WRITE_DIRTY_LIMIT_BYTES)?;
+    c.write_commit_workers = positive(
+        s,
+        "write_commit_workers",
+        raw.write_commit_workers,
+        d::WRITE_COMMIT_WORKERS,
+    )
+    .map_err(|_| s.invalid("write_commit_workers", "must be at least 1"))?;
+    c.write_dirty_limit_bytes = raw
+        .write_dirty_limit_bytes
+        .value_or(d::WRITE_DIRTY_LIMIT_BYTES);
     if c.write_dirty_limit_bytes < d::MIN_WRITE_DIRTY_LIMIT_BYTES {
         return Err(s.invalid(
             "write_dirty_limit_bytes",
             "must be at least 67108864 (64 MiB)",
         ));
     }
-    c.write_buffer_limit_bytes =
-        s.int_or("write_buffer_limit_bytes", d::WRITE_BUFFER_LIMIT_BYTES)?;
+    c.write_buffer_limit_bytes = raw
+        .write_buffer_limit_bytes
+        .value_or(d::WRITE_BUFFER_LIMIT_BYTES);
     if c.write_buffer_limit_bytes < d::MIN_WRITE_BUFFER_LIMIT_BYTES {
         return Err(s.invalid(
             "write_buffer_limit_bytes",
             "must be at least 2097152 (2 MiB)",
         ));
     }
-    c.process_memory_limit = s.int_or("process_memory_limit", d::PROCESS_MEMORY_LIMIT)?;
-    c.auto_sighup_interval =
-        seconds(s.int_or("auto_sighup_interval", d::AUTO_SIGHUP_INTERVAL_SECS)?);
-    c.fuse_request_stall_warn = seconds(s.int_or(
-        "fuse_request_stall_warn_secs",
-        d::FUSE_REQUEST_STALL_WARN_SECS,
-    )?);
-    let endpoint = s.str_or("endpoint", "")?;
+    c.process_memory_limit = raw.process_memory_limit.value_or(d::PROCESS_MEMORY_LIMIT);
+    c.auto_sighup_interval = seconds(
+        raw.auto_sighup_interval
+            .value_or(d::AUTO_SIGHUP_INTERVAL_SECS),
+    );
+    c.fuse_request_stall_warn = seconds(
+        raw.fuse_request_stall_warn_secs
+            .value_or(d::FUSE_REQUEST_STALL_WARN_SECS),
+    );
+    let endpoint = s.text_or("endpoint", raw.endpoint.take(), "")?;
     if !endpoint.is_empty() {
-        check_url(&s, "endpoint", &endpoint)?;
+        check_url(s, "endpoint", &endpoint)?;
         c.metrics_endpoint = Some(endpoint);
     }
-    if let Some(otel) = s.opt_section("opentelemetry")? {
-        c.telemetry = parse_telemetry(otel, warnings)?;
+    if let Some(Section(otel)) = raw.opentelemetry.take() {
+        c.telemetry = parse_telemetry(otel, &s.child("opentelemetry"), warnings)?;
     }
 
-    for (path, value) in s.opt_list("backends")?.unwrap_or_default() {
-        let mut item = s.item(path, value)?;
-        c.backends.push(parse_backend(&mut item, ids, warnings)?);
-        item.finish(warnings);
-    }
-    check_backends(&s, &c.backends)?;
+    c.backends = parse_backends(s, raw.backends.take().unwrap_or_default(), ids, warnings)?;
     if c.backends.is_empty() {
         warnings.push(s.warning(
             "backends",
             "no backends configured; the mount will be empty",
         ));
     }
-    s.legacy(LEGACY_TOP_LEVEL, warnings);
-    s.finish(warnings);
     Ok(c)
+}
+
+/// Checks each `backends[i]`, then the rules that need all of them.
+pub(super) fn parse_backends(
+    s: &Place<'_>,
+    raw: Vec<Section<raw::Backend>>,
+    ids: Ids,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<BackendConfig>, ConfigError> {
+    let mut backends = Vec::with_capacity(raw.len());
+    for (i, Section(backend)) in raw.into_iter().enumerate() {
+        backends.push(parse_backend(
+            backend,
+            &s.item("backends", i),
+            ids,
+            warnings,
+        )?);
+    }
+    check_backends(s, &backends)?;
+    Ok(backends)
 }
 
 /// 0 means "off" for the periodic reload and the stall watchdog.
@@ -173,7 +215,7 @@ pub(super) fn seconds(secs: u64) -> Option<Duration> {
 }
 
 /// The name goes into the `fsname=` mount option, where a comma would start a new option.
-pub(super) fn check_mountname(s: &Section<'_>, key: &str, name: &str) -> Result<(), ConfigError> {
+pub(super) fn check_mountname(s: &Place<'_>, key: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty() || name.contains(',') || name.contains('\0') {
         Err(s.invalid(
             key,
@@ -184,12 +226,13 @@ pub(super) fn check_mountname(s: &Section<'_>, key: &str, name: &str) -> Result<
     }
 }
 
-fn parse_ttls(s: &mut Section<'_>, c: &mut Config) -> Result<(), ConfigError> {
-    c.entry_attr_ttl = s.ms_or("entry_attr_ttl", d::ENTRY_ATTR_TTL_MS)?;
-    c.evictable_inode_ttl = s.ms_or("evictable_inode_ttl", d::EVICTABLE_INODE_TTL_MS)?;
-    c.virtual_dir_ttl = s.ms_or("virtual_dir_ttl", d::VIRTUAL_DIR_TTL_MS)?;
-    c.virtual_file_ttl = s.ms_or("virtual_file_ttl", d::VIRTUAL_FILE_TTL_MS)?;
-    c.ttl_check_interval = s.ms_or("ttl_check_interval", d::TTL_CHECK_INTERVAL_MS)?;
+fn parse_ttls(s: &Place<'_>, raw: &raw::V1, c: &mut Config) -> Result<(), ConfigError> {
+    let ms = |given: Option<Whole<u64>>, default| Duration::from_millis(given.value_or(default));
+    c.entry_attr_ttl = ms(raw.entry_attr_ttl, d::ENTRY_ATTR_TTL_MS);
+    c.evictable_inode_ttl = ms(raw.evictable_inode_ttl, d::EVICTABLE_INODE_TTL_MS);
+    c.virtual_dir_ttl = ms(raw.virtual_dir_ttl, d::VIRTUAL_DIR_TTL_MS);
+    c.virtual_file_ttl = ms(raw.virtual_file_ttl, d::VIRTUAL_FILE_TTL_MS);
+    c.ttl_check_interval = ms(raw.ttl_check_interval, d::TTL_CHECK_INTERVAL_MS);
     // The kernel may still hold an inode number for entry_attr_ttl; forgetting it
     // sooner would let the number be reused under the kernel's feet.
     if c.evictable_inode_ttl < c.entry_attr_ttl {
@@ -231,10 +274,13 @@ fn storage_name(storage: CacheStorage) -> &'static str {
 
 /// `cache_storage`, or the deprecated `cache_backend` / `mapped_cache` pair it replaced.
 fn parse_storage(
-    s: &mut Section<'_>,
+    s: &Place<'_>,
+    raw: &mut raw::V1,
     warnings: &mut Vec<String>,
 ) -> Result<CacheStorage, ConfigError> {
-    if let Some(text) = s.opt_str("cache_storage")? {
+    let backend = raw.cache_backend.take().value();
+    let mapped = raw.mapped_cache.value();
+    if let Some(text) = raw.cache_storage.take().value() {
         let storage = [
             CacheStorage::Ram,
             CacheStorage::MappedFile,
@@ -250,16 +296,16 @@ fn parse_storage(
                 ),
             )
         })?;
-        for key in ["cache_backend", "mapped_cache"] {
-            if s.has(key) {
-                s.ignore(key);
+        for (key, given) in [
+            ("cache_backend", backend.is_some()),
+            ("mapped_cache", mapped.is_some()),
+        ] {
+            if given {
                 warnings.push(s.warning(key, "deprecated and ignored, cache_storage is set"));
             }
         }
         return Ok(storage);
     }
-    let mapped = s.opt_bool("mapped_cache")?;
-    let backend = s.opt_str("cache_backend")?;
     let storage = match backend.as_deref().map(str::trim) {
         Some("disk") => CacheStorage::PerInodeFile,
         Some("memory") | None if mapped == Some(false) => CacheStorage::Ram,
@@ -286,15 +332,18 @@ fn parse_storage(
 }
 
 fn parse_cache(
-    s: &mut Section<'_>,
+    s: &Place<'_>,
+    raw: &mut raw::V1,
     warnings: &mut Vec<String>,
 ) -> Result<CacheConfig, ConfigError> {
-    let storage = parse_storage(s, warnings)?;
-    let line_size = s.int_or("cache_line_size", d::CACHE_LINE_SIZE)?;
-    if line_size == 0 {
-        return Err(s.invalid("cache_line_size", "must be greater than 0"));
-    }
-    let lines = s.int_or("cache_lines", d::CACHE_LINES)?;
+    let storage = parse_storage(s, raw, warnings)?;
+    let line_size = positive(
+        s,
+        "cache_line_size",
+        raw.cache_line_size,
+        d::CACHE_LINE_SIZE,
+    )?;
+    let lines = raw.cache_lines.value_or(d::CACHE_LINES);
     if lines < d::MIN_CACHE_LINES {
         return Err(s.invalid(
             "cache_lines",
@@ -307,7 +356,9 @@ fn parse_cache(
             "cache_line_size * cache_lines overflows 64 bits",
         ));
     }
-    let lines_to_prefetch = s.int_or("cache_lines_to_prefetch", d::CACHE_LINES_TO_PREFETCH)?;
+    let lines_to_prefetch = raw
+        .cache_lines_to_prefetch
+        .value_or(d::CACHE_LINES_TO_PREFETCH);
     // Read-ahead that fills the whole cache would evict the line being read.
     if lines_to_prefetch >= lines {
         return Err(s.invalid(
@@ -315,7 +366,7 @@ fn parse_cache(
             format!("must be less than cache_lines ({lines})"),
         ));
     }
-    let dir_path = s.str_or("cache_dir_path", "")?;
+    let dir_path = s.text_or("cache_dir_path", raw.cache_dir_path.take(), "")?;
     if !dir_path.is_empty() {
         check_absolute(s, "cache_dir_path", &dir_path)?;
     }
@@ -325,7 +376,7 @@ fn parse_cache(
         lines,
         lines_to_prefetch,
         dir_path: (!dir_path.is_empty()).then(|| PathBuf::from(dir_path)),
-        write_cache_promotion: s.bool_or("write_cache_promotion", d::WRITE_CACHE_PROMOTION)?,
+        write_cache_promotion: raw.write_cache_promotion.value_or(d::WRITE_CACHE_PROMOTION),
     })
 }
 
@@ -341,7 +392,7 @@ fn is_aistore(b: &BackendConfig) -> bool {
 
 /// Rules that need every backend at once: unique names and manifest directories,
 /// and `manifest_gen_backend` pointing at a real, different, non-AIStore backend.
-fn check_backends(s: &Section<'_>, backends: &[BackendConfig]) -> Result<(), ConfigError> {
+fn check_backends(s: &Place<'_>, backends: &[BackendConfig]) -> Result<(), ConfigError> {
     let at = |i: usize, key: &str| format!("{}.{key}", index_path("backends", i));
     for (i, b) in backends.iter().enumerate() {
         let earlier = &backends[..i];

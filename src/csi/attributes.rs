@@ -2,9 +2,10 @@
 //! of one volume.
 //!
 //! Attributes are camelCase (`bucketName`, `prefix`, …). Rather than validate them a second way,
-//! they are translated to a `msfs_version: 1` backend entry and checked by the same parser as a
-//! config file; its errors are translated back so they name the attribute
-//! (`backendsJson[1].prefix: must end with "/"`). Values are taken literally: no `$VAR`
+//! they are translated to a `msfs_version: 1` backend entry and checked by the same code as a
+//! config file ([`config::parse_backends`]); its errors are translated back so they name the
+//! attribute (`backendsJson[1].prefix: must end with "/"`). The volume's credentials are handed
+//! over as values, never written into the entry. Values are taken literally: no `$VAR`
 //! expansion reaches the plugin's environment.
 
 use std::collections::HashMap;
@@ -14,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::credentials::{AuthSettings, Keys};
 use super::error::CsiError;
-use crate::config::{self, BackendConfig, ConfigError};
+use crate::config::{self, BackendConfig, ConfigError, S3Credentials};
 
 /// The service-account tokens kubelet passes when the CSIDriver asks for them.
 pub const TOKENS_KEY: &str = "csi.storage.k8s.io/serviceAccount.tokens";
@@ -156,21 +157,24 @@ impl VolumeAttributes {
     ) -> Result<Vec<BackendConfig>, CsiError> {
         let mut entries = Vec::with_capacity(self.backends.len());
         for backend in &self.backends {
-            entries.push(Value::Object(v1_entry(
-                backend, volume_id, overrides, keys,
-            )?));
+            entries.push(Value::Object(v1_entry(backend, volume_id, overrides)?));
         }
-        let mut doc = Map::new();
-        doc.insert("msfs_version".into(), Value::from(1));
-        doc.insert("backends".into(), Value::Array(entries));
-        let text = Value::Object(doc).to_string();
-        // The text holds credentials: it is parsed, never logged.
-        let loaded = config::parse_str(&text, Path::new("volume.json"), &plugin_env)
-            .map_err(|e| self.translate(e))?;
-        for warning in &loaded.warnings {
+        let keys = match keys {
+            Keys::DefaultChain => S3Credentials::DefaultChain,
+            Keys::Anonymous => S3Credentials::Anonymous,
+            Keys::Static(k) => S3Credentials::Static {
+                access_key_id: k.access_key_id.clone(),
+                secret_access_key: k.secret_access_key.clone(),
+                session_token: k.session_token.clone(),
+            },
+        };
+        let (backends, warnings) =
+            config::parse_backends(entries, &keys, Path::new("volume.json"), &plugin_env)
+                .map_err(|e| self.translate(e))?;
+        for warning in &warnings {
             tracing::warn!(volume_id, "volume attributes: {warning}");
         }
-        Ok(loaded.config.backends)
+        Ok(backends)
     }
 
     /// A config-parser error, re-addressed to the attribute it came from.
@@ -286,11 +290,6 @@ fn parse_backends_json(json: &str) -> Result<Vec<BackendAttributes>, CsiError> {
     Ok(backends)
 }
 
-/// A literal string for the config parser, which would otherwise expand `$VAR`.
-fn literal(s: &str) -> Value {
-    Value::String(s.replace('$', "$$"))
-}
-
 fn parse_bool(field: &str, text: &str) -> Result<bool, CsiError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
@@ -307,7 +306,6 @@ fn v1_entry(
     backend: &BackendAttributes,
     volume_id: &str,
     overrides: &MountOverrides,
-    keys: &Keys,
 ) -> Result<Map<String, Value>, CsiError> {
     let label = &backend.label;
     let get = |key: &str| backend.values.get(key).map(String::as_str);
@@ -331,10 +329,10 @@ fn v1_entry(
     let mut entry = Map::new();
     entry.insert(
         "dir_name".into(),
-        literal(get("dirName").unwrap_or(volume_id)),
+        Value::from(get("dirName").unwrap_or(volume_id)),
     );
-    entry.insert("backend_type".into(), literal(ty));
-    entry.insert("bucket_container_name".into(), literal(bucket));
+    entry.insert("backend_type".into(), Value::from(*ty));
+    entry.insert("bucket_container_name".into(), Value::from(bucket));
     for (attribute, key) in [
         ("prefix", "prefix"),
         ("flushOnClose", "flush_on_close"),
@@ -346,7 +344,7 @@ fn v1_entry(
         ("manifestPath", "manifest_path"),
     ] {
         if let Some(value) = get(attribute) {
-            entry.insert(key.into(), literal(value));
+            entry.insert(key.into(), Value::from(value));
         }
     }
     // Read-only when anything says so; AIStore and GCS backends are read-only by nature.
@@ -366,40 +364,19 @@ fn v1_entry(
     ];
     for (key, value) in from_request {
         if let Some(value) = value {
-            entry.insert(key.into(), literal(&value));
+            entry.insert(key.into(), Value::from(value));
         }
     }
 
+    // The store section: its keys come from the credentials, given as values.
     let mut store = Map::new();
     if let Some(endpoint) = get("endpoint") {
-        store.insert("endpoint".into(), literal(endpoint));
+        store.insert("endpoint".into(), endpoint.into());
     }
     if *ty == "S3"
         && let Some(region) = get("region")
     {
-        store.insert("region".into(), literal(region));
-    }
-    match keys {
-        Keys::DefaultChain => {}
-        Keys::Anonymous => {
-            if *ty == "S3" {
-                store.insert("anonymous".into(), Value::Bool(true));
-            }
-        }
-        Keys::Static(credentials) => {
-            if *ty != "AIStore" {
-                store.insert("access_key_id".into(), literal(&credentials.access_key_id));
-                store.insert(
-                    "secret_access_key".into(),
-                    literal(credentials.secret_access_key.expose()),
-                );
-            }
-            if *ty == "S3"
-                && let Some(token) = &credentials.session_token
-            {
-                store.insert("session_token".into(), literal(token.expose()));
-            }
-        }
+        store.insert("region".into(), region.into());
     }
     entry.insert((*ty).to_string(), Value::Object(store));
     Ok(entry)

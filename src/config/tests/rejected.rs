@@ -170,3 +170,13 @@ fn manifest_gen_backend_must_name_another_non_aistore_backend() {
         .expect("AIStore options");
     assert_eq!(ais.manifest_gen_backend.as_deref(), Some("s3"));
 }
+
+#[test]
+fn a_list_where_a_section_belongs_is_rejected_without_quoting_it() {
+    // serde's derived structs would take `[a, b]` as the section's first two keys, in order.
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: S3, bucket_container_name: k, S3: [my-key-id, my-secret]}\n";
+    assert_eq!(
+        error("c.yaml", text),
+        "c.yaml: backends[0].S3: expected a mapping of keys, found a list"
+    );
+}

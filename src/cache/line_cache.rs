@@ -23,10 +23,10 @@ use tokio::sync::{Semaphore, watch};
 
 use super::error::{CacheError, duplicate, storage_error};
 use super::fetch::{Fill, RunLine, exact_length, spawn_fetch};
-use super::stats::{CacheStats, Counters, bump};
+use super::stats::{Counters, bump};
 use super::storage::{self, LineStorage};
 use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table};
-use super::{ObjectReader, ObjectVersion};
+use super::{CacheStats, ObjectReader, ObjectVersion};
 use crate::config::CacheConfig;
 use crate::private_dir::PrivateDir;
 use crate::store::{ObjectStore, StoreError};
@@ -152,8 +152,12 @@ impl LineCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        let resident = self.shared.table().resident() as u64;
-        self.shared.counters.snapshot(resident)
+        CacheStats {
+            lines_resident: self.shared.table().resident() as u64,
+            lines_capacity: self.lines() as u64,
+            line_size: self.line_size(),
+            ..self.shared.counters.snapshot()
+        }
     }
 
     /// Drops every line of `key` in the store with cache scope `store_id` (its

@@ -14,9 +14,9 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+pub use crate::telemetry::CacheStats;
 pub use error::CacheError;
 pub use line_cache::LineCache;
-pub use stats::CacheStats;
 
 use std::ops::Range;
 use std::sync::Arc;

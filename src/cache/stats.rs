@@ -1,34 +1,11 @@
 //! The line cache's counters: lock-free atomics bumped on the read path, read as one snapshot.
+//! The cache publishes them by implementing telemetry's [`CacheStatsSource`]; telemetry owns
+//! the snapshot's type, [`CacheStats`], so that it never needs to know [`LineCache`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A snapshot of the cache's counters since it was created. Counts are per line lookup unless
-/// said otherwise; a read spanning three lines makes three lookups.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// Lookups that found the line clean.
-    pub hits: u64,
-    /// Lookups that found the line absent and started its fetch.
-    pub misses: u64,
-    /// Lookups that found the line being fetched and waited for that fetch.
-    pub waits: u64,
-    /// Read-ahead fetches started for sequential streams.
-    pub prefetches: u64,
-    /// Clean lines dropped to make room for others.
-    pub evictions: u64,
-    /// Line fetches that failed (each failure reaches every waiter of that line).
-    pub fetch_failures: u64,
-    /// Line segments served straight from the store, uncached: no slot could be had (every slot
-    /// inbound or pinned), the object has no ETag, or a fetch was abandoned.
-    pub uncached_reads: u64,
-    /// Bytes returned to readers out of cache lines.
-    pub bytes_from_cache: u64,
-    /// Bytes received from the backend: line fetches plus uncached reads.
-    pub bytes_from_backend: u64,
-    /// Slots holding a line (clean, being fetched, or draining its last readers); at most the
-    /// configured number of lines.
-    pub lines_resident: u64,
-}
+use super::LineCache;
+use crate::telemetry::{CacheStats, CacheStatsSource};
 
 #[derive(Debug, Default)]
 pub(super) struct Counters {
@@ -49,7 +26,8 @@ pub(super) fn bump(counter: &AtomicU64, n: u64) {
 }
 
 impl Counters {
-    pub fn snapshot(&self, lines_resident: u64) -> CacheStats {
+    /// The counters; the occupancy fields are left for the cache to fill.
+    pub fn snapshot(&self) -> CacheStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CacheStats {
             hits: get(&self.hits),
@@ -61,7 +39,13 @@ impl Counters {
             uncached_reads: get(&self.uncached_reads),
             bytes_from_cache: get(&self.bytes_from_cache),
             bytes_from_backend: get(&self.bytes_from_backend),
-            lines_resident,
+            ..CacheStats::default()
         }
+    }
+}
+
+impl CacheStatsSource for LineCache {
+    fn cache_stats(&self) -> CacheStats {
+        self.stats()
     }
 }

@@ -38,6 +38,7 @@ use serde_json::{Map, Value};
 
 pub use error::ConfigError;
 pub use locate::locate;
+pub use pseudo::{NameConversion, split_name_format};
 pub use secret::Secret;
 pub use types::{
     AIStoreOptions, AttributeProvider, AttributeSource, AwsProfile, BackendConfig, BackendKind,

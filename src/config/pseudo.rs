@@ -119,15 +119,27 @@ fn check_shape(s: &Place<'_>, files: &[u32; 4], subdirs: &[u32; 3]) -> Result<()
 }
 
 /// A conversion: `%` `[0]` `[width]` one of `d u x X o`.
-struct Spec {
-    zero: bool,
-    width: usize,
-    conv: u8,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameConversion {
+    /// Pad with `0` rather than spaces.
+    pub zero: bool,
+    pub width: usize,
+    /// `d`, `u`, `x`, `X` or `o`.
+    pub conv: u8,
+}
+
+/// A name format the config accepts, split at its one conversion: the literal before it, the
+/// conversion and the literal after it (`%%` unescaped in both); `None` for any other format.
+/// The PSEUDO store compiles its names from this, so the two never parse formats two ways.
+pub fn split_name_format(fmt: &str) -> Option<(String, NameConversion, String)> {
+    let (literal, spec, rest) = next_spec(fmt).ok()??;
+    let valid = next_spec(rest).ok()?.is_none() && !literal.contains('/') && !rest.contains('/');
+    valid.then(|| (literal, spec, rest.replace("%%", "%")))
 }
 
 /// Splits a format into (literal before, spec, rest) at its first conversion; `%%`
 /// is a literal percent sign.
-fn next_spec(fmt: &str) -> Result<Option<(String, Spec, &str)>, String> {
+fn next_spec(fmt: &str) -> Result<Option<(String, NameConversion, &str)>, String> {
     let bytes = fmt.as_bytes();
     let mut literal = String::new();
     let mut i = 0;
@@ -162,9 +174,11 @@ fn next_spec(fmt: &str) -> Result<Option<(String, Spec, &str)>, String> {
             return Err("field width is larger than 64".into());
         }
         return match bytes.get(j) {
-            Some(&conv) if b"duxXo".contains(&conv) => {
-                Ok(Some((literal, Spec { zero, width, conv }, &fmt[j + 1..])))
-            }
+            Some(&conv) if b"duxXo".contains(&conv) => Ok(Some((
+                literal,
+                NameConversion { zero, width, conv },
+                &fmt[j + 1..],
+            ))),
             _ => Err("a conversion must look like %d, %x, %X, %o or %08X".into()),
         };
     }

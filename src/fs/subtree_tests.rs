@@ -2,6 +2,8 @@
 //! `TestStore` over a `RamStore`): how many LISTs a walk of a tree costs, what falls back to
 //! delimited listings, and that kept listings follow the TTL and this mount's own changes.
 
+use bytes::Bytes;
+
 use super::*;
 use crate::store::testing::TestStore;
 use crate::store::{ObjectStore, RamStore};

@@ -1,6 +1,11 @@
-//! `Fs` tested without FUSE, over a local-directory store.
+//! `Fs` tested without FUSE, over a local-directory store. One file of ~800 lines on purpose:
+//! the tests share one fixture and read as one tour of the operations; the subtree and listing
+//! races have their own files.
 
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
 
 use super::*;
 use crate::store::FileStore;

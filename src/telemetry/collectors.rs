@@ -6,76 +6,112 @@ use std::sync::Arc;
 use opentelemetry::metrics::Meter;
 
 use super::names;
-use crate::cache::LineCache;
 
 /// Instruments kept alive for as long as the registry (dropping one may unregister its
 /// callback, depending on the SDK version).
 pub(crate) type Registration = Box<dyn std::any::Any + Send + Sync>;
 
-/// The line cache's counters and occupancy, from [`LineCache::stats`] at every collection.
-pub(crate) fn observe_cache(meter: &Meter, cache: Arc<LineCache>) -> Vec<Registration> {
-    type Stat = fn(&LineCache) -> u64;
+/// How a cache publishes its numbers: the line cache implements it, so telemetry, the layer
+/// below every engine, never names the cache's type.
+pub trait CacheStatsSource: Send + Sync {
+    /// The numbers now; called at every collection.
+    fn cache_stats(&self) -> CacheStats;
+}
+
+/// A snapshot of a cache's counters since it was created, and of its occupancy. Counts are per
+/// line lookup unless said otherwise; a read spanning three lines makes three lookups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups that found the line clean.
+    pub hits: u64,
+    /// Lookups that found the line absent and started its fetch.
+    pub misses: u64,
+    /// Lookups that found the line being fetched and waited for that fetch.
+    pub waits: u64,
+    /// Read-ahead fetches started for sequential streams.
+    pub prefetches: u64,
+    /// Clean lines dropped to make room for others.
+    pub evictions: u64,
+    /// Line fetches that failed (each failure reaches every waiter of that line).
+    pub fetch_failures: u64,
+    /// Line segments served straight from the store, uncached: no slot could be had (every slot
+    /// inbound or pinned), the object has no ETag, or a fetch was abandoned.
+    pub uncached_reads: u64,
+    /// Bytes returned to readers out of cache lines.
+    pub bytes_from_cache: u64,
+    /// Bytes received from the backend: line fetches plus uncached reads.
+    pub bytes_from_backend: u64,
+    /// Slots holding a line (clean, being fetched, or draining its last readers); at most
+    /// `lines_capacity`.
+    pub lines_resident: u64,
+    /// The configured number of lines.
+    pub lines_capacity: u64,
+    /// Bytes per line.
+    pub line_size: u64,
+}
+
+/// A cache's counters and occupancy, from [`CacheStatsSource::cache_stats`] at every collection.
+pub(crate) fn observe_cache(meter: &Meter, cache: Arc<dyn CacheStatsSource>) -> Vec<Registration> {
+    type Stat = fn(&CacheStats) -> u64;
     let counters: [(&'static str, &'static str, Stat); 9] = [
-        (names::CACHE_HITS, "Cache lines found clean", |c| {
-            c.stats().hits
-        }),
+        (names::CACHE_HITS, "Cache lines found clean", |s| s.hits),
         (
             names::CACHE_MISSES,
             "Cache lines that had to be fetched",
-            |c| c.stats().misses,
+            |s| s.misses,
         ),
         (
             names::CACHE_WAITS,
             "Reads that waited for a line already being fetched",
-            |c| c.stats().waits,
+            |s| s.waits,
         ),
-        (names::CACHE_PREFETCHES, "Read-ahead fetches started", |c| {
-            c.stats().prefetches
+        (names::CACHE_PREFETCHES, "Read-ahead fetches started", |s| {
+            s.prefetches
         }),
         (
             names::CACHE_EVICTIONS,
             "Clean lines evicted to make room",
-            |c| c.stats().evictions,
+            |s| s.evictions,
         ),
         (
             names::CACHE_FETCH_FAILURES,
             "Line fetches that failed",
-            |c| c.stats().fetch_failures,
+            |s| s.fetch_failures,
         ),
         (
             names::CACHE_UNCACHED_READS,
             "Reads served straight from the store because no line could be used",
-            |c| c.stats().uncached_reads,
+            |s| s.uncached_reads,
         ),
         (
             names::CACHE_BYTES_FROM_CACHE,
             "Bytes served from cached lines",
-            |c| c.stats().bytes_from_cache,
+            |s| s.bytes_from_cache,
         ),
         (
             names::CACHE_BYTES_FROM_BACKEND,
             "Bytes fetched from object stores into the cache",
-            |c| c.stats().bytes_from_backend,
+            |s| s.bytes_from_backend,
         ),
     ];
     let gauges: [(&'static str, &'static str, Stat); 4] = [
         (
             names::CACHE_LINES_RESIDENT,
             "Lines holding data (clean, being fetched or draining)",
-            |c| c.stats().lines_resident,
+            |s| s.lines_resident,
         ),
         (
             names::CACHE_BYTES_RESIDENT,
             "Bytes of cache capacity in use: resident lines times the line size",
-            |c| c.stats().lines_resident.saturating_mul(c.line_size()),
+            |s| s.lines_resident.saturating_mul(s.line_size),
         ),
         (
             names::CACHE_LINES_CAPACITY,
             "Lines the cache may hold",
-            |c| c.lines() as u64,
+            |s| s.lines_capacity,
         ),
-        (names::CACHE_LINE_SIZE_BYTES, "Bytes per cache line", |c| {
-            c.line_size()
+        (names::CACHE_LINE_SIZE_BYTES, "Bytes per cache line", |s| {
+            s.line_size
         }),
     ];
     let mut kept: Vec<Registration> = Vec::new();
@@ -86,7 +122,7 @@ pub(crate) fn observe_cache(meter: &Meter, cache: Arc<LineCache>) -> Vec<Registr
                 .u64_observable_counter(name)
                 .with_description(help)
                 .with_unit(names::unit(name))
-                .with_callback(move |observer| observer.observe(read(&cache), &[]))
+                .with_callback(move |observer| observer.observe(read(&cache.cache_stats()), &[]))
                 .build(),
         ));
     }
@@ -97,7 +133,7 @@ pub(crate) fn observe_cache(meter: &Meter, cache: Arc<LineCache>) -> Vec<Registr
                 .u64_observable_gauge(name)
                 .with_description(help)
                 .with_unit(names::unit(name))
-                .with_callback(move |observer| observer.observe(read(&cache), &[]))
+                .with_callback(move |observer| observer.observe(read(&cache.cache_stats()), &[]))
                 .build(),
         ));
     }

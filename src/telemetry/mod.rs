@@ -2,7 +2,8 @@
 //!
 //! Engines and layers record into [`Metrics`] (handed to them through `Engines`, never global).
 //! Counters that an engine already keeps itself, like the line cache's, are observed at
-//! collection time instead of being counted twice.
+//! collection time instead of being counted twice, through an interface defined here
+//! ([`CacheStatsSource`]) so that telemetry, which every layer uses, names no engine type.
 //!
 //! # One registry, two ways out
 //!
@@ -12,7 +13,8 @@
 //!
 //! - a manual reader (`prometheus::PullReader`) that `GET /metrics` collects from, rendered as
 //!   Prometheus text by our own small encoder ([`prometheus`]); the SDK's Prometheus exporter
-//!   would bring in a second registry crate (`prometheus`) just to print text;
+//!   would bring in a second registry crate (`prometheus`) and renames seven of our metrics
+//!   (the trial is in [`prometheus`]'s doc);
 //! - when the config's `opentelemetry.metrics.exporter` is set, a periodic reader that posts
 //!   everything over OTLP/HTTP (protobuf) with the configured attributes as resource
 //!   attributes (`otlp`), through an HTTP client over the hyper stack the AWS SDK already
@@ -44,9 +46,9 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::reader::MetricReader;
 
+pub use collectors::{CacheStats, CacheStatsSource};
 pub use http::{MetricsServer, serve_metrics};
 
-use crate::cache::LineCache;
 use crate::config::TelemetryConfig;
 
 /// Why OTLP export could not be set up. Nothing here carries a credential: endpoints are
@@ -231,8 +233,8 @@ impl Metrics {
         Arc::new(metrics)
     }
 
-    /// Exposes the line cache's own counters at every collection.
-    pub fn observe_cache(&self, cache: Arc<LineCache>) {
+    /// Exposes a cache's own counters, read from `cache` at every collection.
+    pub fn observe_cache(&self, cache: Arc<dyn CacheStatsSource>) {
         let registrations = collectors::observe_cache(&self.meter, cache);
         self.observed
             .lock()
@@ -478,6 +480,40 @@ mod tests {
             text.contains(r#"msfs_fuse_errors_total{errno="EIO",op="read"} 1"#),
             "{text}"
         );
+    }
+
+    /// Fixed numbers: telemetry observes any cache through the interface, no `LineCache` needed.
+    struct FixedStats(CacheStats);
+
+    impl CacheStatsSource for FixedStats {
+        fn cache_stats(&self) -> CacheStats {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_cache_is_observed_through_its_stats_source() {
+        let metrics = Metrics::new();
+        metrics.observe_cache(Arc::new(FixedStats(CacheStats {
+            hits: 4,
+            bytes_from_backend: 2048,
+            lines_resident: 3,
+            lines_capacity: 16,
+            line_size: 1024,
+            ..CacheStats::default()
+        })));
+        let text = metrics.render();
+        for expected in [
+            "msfs_cache_hits_total 4\n",
+            "msfs_cache_misses_total 0\n",
+            "msfs_cache_bytes_from_backend_total 2048\n",
+            "msfs_cache_lines_resident 3\n",
+            "msfs_cache_bytes_resident 3072\n",
+            "msfs_cache_lines_capacity 16\n",
+            "msfs_cache_line_size_bytes 1024\n",
+        ] {
+            assert!(text.contains(expected), "{expected} missing in\n{text}");
+        }
     }
 
     #[test]

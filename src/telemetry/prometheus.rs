@@ -7,6 +7,18 @@
 //! `By` → `_bytes`); monotonic sums are counters with `_total`; non-monotonic sums and gauges are
 //! gauges; histograms are `_bucket{le=…}` (cumulative, ending with `+Inf`), `_sum` and `_count`.
 //! Resource attributes are not repeated on every series (Prometheus adds its own target labels).
+//!
+//! Why not the SDK's exporter: `opentelemetry-prometheus` 0.33.1 (over `prometheus` 0.14 and
+//! the same 0.33 SDK) was tried on the same instruments (issue #25). Its HELP/TYPE lines, label
+//! order and histogram buckets match ours, and the `otel_scope_name="msfs"` label it puts on
+//! every series and its `target_info` series can be turned off (`scope_info_enabled(false)`,
+//! `without_target_info()`). But it appends the unit even when the name already has it as a
+//! word, unlike the Collector: `msfs.io.bytes_read` (unit `By`) becomes
+//! `msfs_io_bytes_read_bytes_total`, not `msfs_io_bytes_read_total`, and `msfs.write.dirty_bytes`
+//! becomes `msfs_write_dirty_bytes_bytes`. That renames seven of our metrics, three of them on
+//! the dashboard and two in `tests/metrics_endpoint.rs`. Its `without_units()` fixes those but
+//! drops every unit, so `msfs_backend_latency_seconds_bucket` becomes
+//! `msfs_backend_latency_bucket`.
 
 use std::fmt::Write;
 use std::sync::{Arc, Weak};

@@ -2,10 +2,13 @@
 //! spill parent, the first dropped without committing as a SIGKILL would leave it (its files in
 //! place, its directory unlocked), the next recovering and committing them.
 
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
 
 use super::*;
 use crate::cache::DirectReader;

@@ -1,0 +1,193 @@
+//! Opening, reading and closing files: each `FileHandle` is pinned to the object version seen
+//! at open (or to the file being written there), and the last close commits what was written
+//! and deletes a file unlinked while open. The file counterpart of `dir_ops`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+
+use super::inode::Node;
+use super::kernel_state::Record;
+use super::{
+    Backend, FileHandle, Fs, FsError, OpenMode, Result, SequentialDetector, lock, pending_kind,
+};
+use crate::cache::ObjectVersion;
+use crate::manifest::delta::Change;
+use crate::write::{DirtyFile, Target};
+
+impl Fs {
+    /// Opens a file. Returns the handle and whether the kernel may keep the pages it cached at
+    /// an earlier open (same object version, and nobody writing it).
+    pub async fn open(&self, ino: u64, mode: OpenMode) -> Result<(u64, bool)> {
+        let node = self.refreshed(ino).await?;
+        let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
+            return Err(FsError::IsADirectory);
+        };
+        let settings = backend.settings();
+        if mode.write && settings.readonly {
+            return Err(FsError::ReadOnly {
+                backend: backend.dir_name.clone(),
+            });
+        }
+        let key = settings.key_of(&node.path);
+        let version = ObjectVersion {
+            key: key.clone(),
+            etag: meta.etag.clone(),
+            size: meta.size,
+        };
+        let writes = &self.engines.writes;
+        let dirty = if mode.write {
+            let target = settings.target(&backend.dir_name, &node.path);
+            let file = self.open_for_write(backend, target).await?;
+            self.began_writing(&node, &file);
+            if mode.truncate
+                && let Err(e) = writes.truncate(&file, 0)
+            {
+                writes.release(&file);
+                return Err(e.into());
+            }
+            Some(file)
+        } else {
+            writes.find(settings.store.id(), &key)
+        };
+        let keep_cache = {
+            let mut inodes = lock(&self.inodes);
+            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+            let same = dirty.is_none() && node.cached_etag.as_deref() == Some(meta.etag.as_str());
+            node.cached_etag = dirty.is_none().then(|| meta.etag.clone());
+            same
+        };
+        let handle = FileHandle {
+            ino,
+            store: settings.store.clone(),
+            backend: backend.dir_name.clone(),
+            version,
+            stream: SequentialDetector::default(),
+            dirty,
+            writable: mode.write,
+            flush_on_close: settings.flush_on_close,
+            wrote: AtomicBool::new(false),
+        };
+        Ok((self.add_handle(handle), keep_cache))
+    }
+
+    /// A write handle on `target`: the file already being written there, or a new one over the
+    /// object as the store has it now. (Never over cached metadata: a version committed since
+    /// would be overwritten with stale bytes.)
+    pub(super) async fn open_for_write(
+        &self,
+        backend: &Backend,
+        target: Target,
+    ) -> Result<Arc<DirtyFile>> {
+        let writes = &self.engines.writes;
+        if let Some(file) = writes.join(target.store.id(), &target.key) {
+            return Ok(file);
+        }
+        let head = target
+            .store
+            .head(&target.key)
+            .await
+            .map_err(|e| Self::store_error(backend, e))?;
+        // Gone from the store (deleted behind the mount's back): writing creates it again.
+        let base = head.map(|meta| ObjectVersion {
+            key: meta.key,
+            etag: meta.etag,
+            size: meta.size,
+        });
+        Ok(writes.open(target, base))
+    }
+
+    /// From now on the write engine knows `node`'s content, not the store, the node's cached
+    /// metadata or the parent's listing snapshot: after the commit lands, the next open asks
+    /// the store for the new version.
+    pub(super) fn began_writing(&self, node: &Node, file: &DirtyFile) {
+        self.note_written(file.target.store.id(), &file.target.key);
+        if let Some(node) = lock(&self.inodes).get_mut(node.ino) {
+            node.kind = pending_kind(file.meta());
+        }
+        lock(&self.listings).remove(&node.parent);
+        let name = node.path.rsplit('/').next().unwrap_or(&node.path);
+        self.forget_kept(node.parent, name);
+    }
+
+    pub(super) fn add_handle(&self, handle: FileHandle) -> u64 {
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.journal(|| Record::File(handle.record(fh)));
+        lock(&self.files).insert(fh, Arc::new(handle));
+        fh
+    }
+
+    pub(super) fn handle(&self, fh: u64) -> Result<Arc<FileHandle>> {
+        lock(&self.files)
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BadHandle(fh))
+    }
+
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
+        let handle = self.handle(fh)?;
+        let end = offset.saturating_add(u64::from(size));
+        let sequential = handle.stream.observe(offset, u64::from(size));
+        let bytes = match &handle.dirty {
+            Some(file) => {
+                self.engines
+                    .writes
+                    .read(file, offset..end, sequential)
+                    .await?
+            }
+            None => self
+                .engines
+                .reader
+                .read(&handle.store, &handle.version, offset..end, sequential)
+                .await
+                .map_err(|source| FsError::Store {
+                    backend: handle.backend.clone(),
+                    source,
+                })?,
+        };
+        self.engines
+            .metrics
+            .read_served(&handle.backend, bytes.len());
+        Ok(bytes)
+    }
+
+    /// The last close of a handle. A written file left dirty is committed in the background,
+    /// at once (the idle delay a `flush` may have started is for descriptors left open; with
+    /// `flush_on_close` the last FLUSH has committed it already); an object unlinked while
+    /// open is deleted once no handle of this mount has it open.
+    pub async fn release(&self, fh: u64) {
+        let Some(handle) = lock(&self.files).remove(&fh) else {
+            return;
+        };
+        self.journal(|| Record::Closed { fh });
+        if let (true, Some(file)) = (handle.writable, &handle.dirty) {
+            self.engines.writes.commit_in_background(file);
+            self.engines.writes.release(file);
+        }
+        // Whether this was the last handle, and taking the unlinked record if so, happen under
+        // the `unlinked` lock, which `unlink` holds while it checks for open handles and records
+        // the name: so exactly one of the two deletes the object, never neither.
+        let doomed = {
+            let mut unlinked = lock(&self.unlinked);
+            let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
+            let id = (handle.store.id().to_string(), handle.version.key.clone());
+            match unlinked.get(&id) {
+                Some(u) if u.ino == handle.ino && !still_open => unlinked.remove(&id),
+                _ => None,
+            }
+        };
+        if let Some(doomed) = doomed {
+            match doomed.settings.store.delete(&handle.version.key).await {
+                Ok(()) => {
+                    doomed
+                        .settings
+                        .record(&handle.backend, &doomed.path, Change::Deleted)
+                        .await
+                }
+                Err(e) => tracing::warn!(backend = %handle.backend, key = %handle.version.key,
+                    error = %e, "cannot delete a file unlinked while open"),
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Names and attributes: `lookup`, `getattr`, `forget`, and the refresh of a file's metadata
+//! once the TTL has passed. Apart from opens and reads because this is where the sources of
+//! what a name is are ranked: a file being written, an unlinked file still open, a listing
+//! snapshot, the manifest, the store.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::inode::Node;
+use super::listing::{self, ChildKind, FileMeta, valid_name};
+use super::manifest_listing;
+use super::{
+    Attr, Backend, Fs, FsError, Kind, ROOT_INO, Result, check_key_len, lock, pending_kind,
+};
+
+impl Fs {
+    pub fn attr_of(&self, node: &Node) -> Attr {
+        match (&node.backend, &node.kind) {
+            (None, _) => Attr {
+                ino: node.ino,
+                kind: Kind::Dir,
+                nlink: 2,
+                size: 0,
+                mtime: self.mounted_at,
+                perm: self.options.dir_perm,
+                uid: self.options.uid,
+                gid: self.options.gid,
+            },
+            (Some(b), ChildKind::Dir) => {
+                let b = b.settings();
+                Attr {
+                    ino: node.ino,
+                    kind: Kind::Dir,
+                    nlink: 2,
+                    size: 0,
+                    mtime: self.mounted_at,
+                    perm: b.dir_perm,
+                    uid: b.uid,
+                    gid: b.gid,
+                }
+            }
+            (Some(b), ChildKind::File(meta)) => {
+                let b = b.settings();
+                Attr {
+                    ino: node.ino,
+                    kind: Kind::File,
+                    nlink: 1,
+                    size: meta.size,
+                    mtime: meta.mtime,
+                    perm: b.file_perm,
+                    uid: b.uid,
+                    gid: b.gid,
+                }
+            }
+        }
+    }
+
+    /// Resolves `name` in directory `parent` and takes a kernel reference on the result.
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+        let dir = self.node(parent)?;
+        if !dir.is_dir() {
+            return Err(FsError::NotADirectory);
+        }
+        let Some(backend) = dir.backend.clone() else {
+            let backend = self
+                .backends()
+                .into_iter()
+                .find(|b| b.dir_name == name)
+                .ok_or(FsError::NotFound)?;
+            let node =
+                lock(&self.inodes).lookup(ROOT_INO, name, backend, String::new(), ChildKind::Dir);
+            return Ok(self.attr_of(&node));
+        };
+        let (backend, path, kind) = self.resolve(&dir, backend, name).await?;
+        let node = lock(&self.inodes).lookup(parent, name, backend, path, kind);
+        Ok(self.attr_of(&node))
+    }
+
+    /// What `name` in directory `dir` (of `backend`) is, without taking a kernel reference: a
+    /// file being written, else what the listing snapshot or the store says.
+    pub(super) async fn resolve(
+        &self,
+        dir: &Node,
+        backend: Arc<Backend>,
+        name: &str,
+    ) -> Result<(Arc<Backend>, String, ChildKind)> {
+        if name.len() > listing::NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if !valid_name(name) {
+            return Err(FsError::NotFound);
+        }
+        let path = listing::child_path(&dir.path, name);
+        let settings = backend.settings();
+        let key = settings.key_of(&path);
+        check_key_len(&key)?;
+        if self.is_unlinked(settings.store.id(), &key) {
+            return Err(FsError::NotFound);
+        }
+        if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
+            return Ok((backend, path, pending_kind(file.meta())));
+        }
+        // A listing may have caught a file this mount wrote while it was being written (an
+        // early size); until the TTL has passed since, only the store knows its version.
+        let listing = self
+            .fresh_listing(dir.ino)
+            .filter(|_| !self.recently_written(settings.store.id(), &key));
+        let kind = match (listing, &settings.manifest) {
+            (Some((children, _)), _) => children.get(name).cloned(),
+            (None, Some(manifest)) => manifest_listing::lookup(manifest, &dir.path, name)
+                .await
+                .map_err(|e| Self::manifest_error(&backend, e))?,
+            (None, None) if self.recently_missing(dir.ino, name) => None,
+            (None, None) => self
+                .probe(&settings, &path)
+                .await
+                .map_err(|e| Self::store_error(&backend, e))?,
+        };
+        let Some(kind) = kind else {
+            self.remember_missing(dir.ino, name);
+            return Err(FsError::NotFound);
+        };
+        Ok((backend, path, kind))
+    }
+
+    fn is_unlinked(&self, store_id: &str, key: &str) -> bool {
+        lock(&self.unlinked).contains_key(&(store_id.to_string(), key.to_string()))
+    }
+
+    pub fn forget(&self, ino: u64, count: u64) {
+        let mut inodes = lock(&self.inodes);
+        inodes.forget(ino, count);
+        if inodes.get(ino).is_none() {
+            drop(inodes);
+            lock(&self.listings).remove(&ino);
+        }
+        if self
+            .kernel_state
+            .as_ref()
+            .is_some_and(|state| state.wants_compaction())
+        {
+            self.compact_kernel_state();
+        }
+    }
+
+    /// Attributes of `ino`; a file's are re-read from the store once they are older than the TTL.
+    pub async fn getattr(&self, ino: u64) -> Result<Attr> {
+        let node = self.refreshed(ino).await?;
+        let mut attr = self.attr_of(&node);
+        if let Some(backend) = &node.backend
+            && node.file().is_some()
+        {
+            let settings = backend.settings();
+            if self.is_unlinked(settings.store.id(), &settings.key_of(&node.path)) {
+                attr.nlink = 0;
+            }
+        }
+        Ok(attr)
+    }
+
+    /// The node, with a file's metadata confirmed by a HEAD if it is older than the TTL.
+    pub(super) async fn refreshed(&self, ino: u64) -> Result<Node> {
+        let node = self.node(ino)?;
+        let (Some(backend), Some(_)) = (&node.backend, node.file()) else {
+            return Ok(node);
+        };
+        let settings = backend.settings();
+        let key = settings.key_of(&node.path);
+        if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
+            self.note_written(settings.store.id(), &key);
+            let mut inodes = lock(&self.inodes);
+            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+            node.kind = pending_kind(file.meta());
+            node.refreshed = Instant::now();
+            return Ok(node.clone());
+        }
+        // Unlinked while open: the store's object is the old one (or none), not this file any
+        // more. What the open handles hold is its content: a write handle's file, else the
+        // metadata it was opened with.
+        if self.is_unlinked(settings.store.id(), &key) {
+            let written = lock(&self.files)
+                .values()
+                .filter(|h| h.ino == ino)
+                .find_map(|h| h.dirty.clone());
+            let mut inodes = lock(&self.inodes);
+            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+            if let Some(file) = written {
+                node.kind = pending_kind(file.meta());
+            }
+            return Ok(node.clone());
+        }
+        // An empty ETag marks metadata last seen in the write engine, which has let go of the
+        // file since (its commit landed): only the store knows the object's version now.
+        let from_writes = node.file().is_some_and(|meta| meta.etag.is_empty())
+            || self.recently_written(settings.store.id(), &key);
+        if !from_writes && node.refreshed.elapsed() < self.options.ttl {
+            return Ok(node);
+        }
+        let kind = match &settings.manifest {
+            // The manifest (with this mount's own commits in its delta log) is the namespace:
+            // asking the store would cost the HEAD it exists to avoid.
+            Some(manifest) => {
+                let (dir, name) = node.path.rsplit_once('/').unwrap_or(("", &node.path));
+                manifest_listing::lookup(manifest, dir, name)
+                    .await
+                    .map_err(|e| Self::manifest_error(backend, e))?
+                    .ok_or(FsError::NotFound)?
+            }
+            None => {
+                let head = settings
+                    .store
+                    .head(&settings.key_of(&node.path))
+                    .await
+                    .map_err(|e| Self::store_error(backend, e))?;
+                ChildKind::File(FileMeta::from(&head.ok_or(FsError::NotFound)?))
+            }
+        };
+        let mut inodes = lock(&self.inodes);
+        let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
+        node.kind = kind;
+        node.refreshed = Instant::now();
+        Ok(node.clone())
+    }
+}

@@ -1,0 +1,96 @@
+//! What this mount remembers about names for a while: lookups that missed, names it removed,
+//! directories it changed, objects it wrote, and fresh listing snapshots. Lookups, opens,
+//! listings and every change consult or feed these records; they are kept together because
+//! they share one pruning rule (`NEGATIVE_CACHE_LIMIT`, the TTL) and one question: may a cached
+//! answer be trusted yet?
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::listing::ChildKind;
+use super::{Fs, NEGATIVE_CACHE_LIMIT, lock};
+
+impl Fs {
+    pub(super) fn note_written(&self, store_id: &str, key: &str) {
+        let mut written = lock(&self.written);
+        let ttl = self.options.ttl;
+        if written.len() >= NEGATIVE_CACHE_LIMIT {
+            written.retain(|_, at| at.elapsed() < ttl);
+        }
+        written.insert((store_id.to_string(), key.to_string()), Instant::now());
+    }
+
+    pub(super) fn recently_written(&self, store_id: &str, key: &str) -> bool {
+        lock(&self.written)
+            .get(&(store_id.to_string(), key.to_string()))
+            .is_some_and(|at| at.elapsed() < self.options.ttl)
+    }
+
+    /// Forgets what is known of directory `dir` and of `name` in it, after a change there.
+    pub(super) fn invalidate_entry(&self, dir: u64, name: &str) {
+        lock(&self.listings).remove(&dir);
+        self.forget_kept(dir, name);
+        let entry = (dir, name.to_string());
+        lock(&self.negative).pop(&entry);
+        lock(&self.removed).remove(&entry);
+        let mut changed = lock(&self.dir_changed);
+        if changed.len() >= NEGATIVE_CACHE_LIMIT {
+            let ttl = self.options.ttl;
+            changed.retain(|_, at| at.elapsed() < ttl);
+        }
+        changed.insert(dir, Instant::now());
+    }
+
+    /// As `invalidate_entry`, for a name this mount just removed: listings asked for before
+    /// now must not bring it back.
+    pub(super) fn note_removed(&self, dir: u64, name: &str) {
+        self.invalidate_entry(dir, name);
+        self.remember_missing(dir, name);
+        let now = Instant::now();
+        let mut removed = lock(&self.removed);
+        if removed.len() >= NEGATIVE_CACHE_LIMIT {
+            // Only listings still open can show a removed name: keep what one of them predates.
+            let oldest_listing = lock(&self.dirs).values().filter_map(|h| h.listed_at).min();
+            removed.retain(|_, at| oldest_listing.is_some_and(|oldest| *at >= oldest));
+        }
+        removed.insert((dir, name.to_string()), now);
+    }
+
+    pub(super) fn dir_changed_since(&self, dir: u64, since: Instant) -> bool {
+        lock(&self.dir_changed)
+            .get(&dir)
+            .is_some_and(|at| *at >= since)
+    }
+
+    /// Whether this mount removed `name` from `dir` after `since`.
+    pub(super) fn removed_since(&self, dir: u64, name: &str, since: Instant) -> bool {
+        lock(&self.removed)
+            .get(&(dir, name.to_string()))
+            .is_some_and(|at| *at >= since)
+    }
+
+    /// A cached listing of `ino` younger than the TTL, with when it was asked for: its own, or
+    /// one a listing of an ancestor kept for it.
+    pub(super) fn fresh_listing(
+        &self,
+        ino: u64,
+    ) -> Option<(Arc<BTreeMap<String, ChildKind>>, Instant)> {
+        let own = lock(&self.listings)
+            .get(&ino)
+            .filter(|snapshot| snapshot.fetched.elapsed() < self.options.ttl)
+            .map(|snapshot| (snapshot.children.clone(), snapshot.fetched));
+        own.or_else(|| self.kept_listing(ino))
+    }
+
+    pub(super) fn recently_missing(&self, parent: u64, name: &str) -> bool {
+        let mut negative = lock(&self.negative);
+        negative
+            .get(&(parent, name.to_string()))
+            .is_some_and(|at| at.elapsed() < self.options.ttl)
+    }
+
+    pub(super) fn remember_missing(&self, parent: u64, name: &str) {
+        lock(&self.negative).put((parent, name.to_string()), Instant::now());
+    }
+}

@@ -132,9 +132,21 @@ pub struct NameConversion {
 /// conversion and the literal after it (`%%` unescaped in both); `None` for any other format.
 /// The PSEUDO store compiles its names from this, so the two never parse formats two ways.
 pub fn split_name_format(fmt: &str) -> Option<(String, NameConversion, String)> {
-    let (literal, spec, rest) = next_spec(fmt).ok()??;
-    let valid = next_spec(rest).ok()?.is_none() && !literal.contains('/') && !rest.contains('/');
-    valid.then(|| (literal, spec, rest.replace("%%", "%")))
+    split_checked(fmt).ok()
+}
+
+/// [`split_name_format`], or what is wrong with `fmt`.
+fn split_checked(fmt: &str) -> Result<(String, NameConversion, String), String> {
+    let Some((literal, spec, rest)) = next_spec(fmt)? else {
+        return Err("needs exactly one integer conversion such as %08X".into());
+    };
+    if next_spec(rest)?.is_some() {
+        return Err("has more than one conversion".into());
+    }
+    if literal.contains('/') || rest.contains('/') {
+        return Err("names must not contain \"/\"".into());
+    }
+    Ok((literal, spec, rest.replace("%%", "%")))
 }
 
 /// Splits a format into (literal before, spec, rest) at its first conversion; `%%`
@@ -186,24 +198,14 @@ fn next_spec(fmt: &str) -> Result<Option<(String, NameConversion, &str)>, String
 }
 
 fn check_format(s: &Place<'_>, key: &str, fmt: &str) -> Result<(), ConfigError> {
-    let bad = |m: String| s.invalid(key, format!("{fmt:?}: {m}"));
-    let Some((literal, _, rest)) = next_spec(fmt).map_err(bad)? else {
-        return Err(bad(
-            "needs exactly one integer conversion such as %08X".into()
-        ));
-    };
-    if next_spec(rest).map_err(bad)?.is_some() {
-        return Err(bad("has more than one conversion".into()));
-    }
-    if literal.contains('/') || rest.contains('/') {
-        return Err(bad("names must not contain \"/\"".into()));
-    }
-    Ok(())
+    split_checked(fmt)
+        .map(drop)
+        .map_err(|m| s.invalid(key, format!("{fmt:?}: {m}")))
 }
 
 /// Expands a format already accepted by `check_format`.
 fn format_name(fmt: &str, n: u64) -> String {
-    let Ok(Some((mut out, spec, rest))) = next_spec(fmt) else {
+    let Ok((mut out, spec, rest)) = split_checked(fmt) else {
         return fmt.to_string();
     };
     let digits = match spec.conv {
@@ -215,8 +217,7 @@ fn format_name(fmt: &str, n: u64) -> String {
     let pad = spec.width.saturating_sub(digits.len());
     out.extend(std::iter::repeat_n(if spec.zero { '0' } else { ' ' }, pad));
     out.push_str(&digits);
-    // `rest` holds no conversion, only literals and `%%`.
-    out.push_str(&rest.replace("%%", "%"));
+    out.push_str(&rest);
     out
 }
 

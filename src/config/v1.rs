@@ -136,13 +136,10 @@ pub(super) fn parse_v1(
             "must be at most 5368709120 (5 GiB), the largest object S3 accepts in a single PUT",
         ));
     }
-    c.write_commit_workers = positive(
-        s,
-        "write_commit_workers",
-        raw.write_commit_workers,
-        d::WRITE_COMMIT_WORKERS,
-    )
-    .map_err(|_| s.invalid("write_commit_workers", "must be at least 1"))?;
+    c.write_commit_workers = raw.write_commit_workers.value_or(d::WRITE_COMMIT_WORKERS);
+    if c.write_commit_workers == 0 {
+        return Err(s.invalid("write_commit_workers", "must be at least 1"));
+    }
     c.write_dirty_limit_bytes = raw
         .write_dirty_limit_bytes
         .value_or(d::WRITE_DIRTY_LIMIT_BYTES);

@@ -7,6 +7,9 @@ pub(super) const FUSE_WORKERS: usize = 0;
 pub(super) const ROOT_DIR_PERM: u16 = 0o555;
 pub(super) const ALLOW_OTHER: bool = true;
 pub(super) const MAX_WRITE: u32 = 131_072;
+/// The kernel's writeback cache is off unless asked for (ours): with it, the kernel owns the
+/// size and mtime of a cached file, so other writers' changes to it go unseen.
+pub(super) const FUSE_WRITEBACK_CACHE: bool = false;
 pub(super) const ENTRY_ATTR_TTL_MS: u64 = 10_000;
 pub(super) const EVICTABLE_INODE_TTL_MS: u64 = 1_000_000;
 pub(super) const VIRTUAL_DIR_TTL_MS: u64 = 1_000_000;

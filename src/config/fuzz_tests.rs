@@ -42,6 +42,7 @@ const TOP_KEYS: &[&str] = &[
     "dir_perm",
     "allow_other",
     "max_write",
+    "fuse_writeback_cache",
     "entry_attr_ttl",
     "evictable_inode_ttl",
     "virtual_dir_ttl",

@@ -29,6 +29,9 @@ pub struct Config {
     pub allow_other: bool,
     /// Largest write the kernel sends in one request, in bytes.
     pub max_write: u32,
+    /// Ask the kernel for its writeback cache (`FUSE_WRITEBACK_CACHE`): `write()` lands in the
+    /// page cache and reaches msfs merged, up to `max_write` per request (ours).
+    pub fuse_writeback_cache: bool,
     /// How long the kernel may cache entries and attributes.
     pub entry_attr_ttl: Duration,
     /// Minimum life of an inode learned from a listing (at least `entry_attr_ttl`).

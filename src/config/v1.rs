@@ -63,6 +63,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         dir_perm: d::ROOT_DIR_PERM,
         allow_other: d::ALLOW_OTHER,
         max_write: d::MAX_WRITE,
+        fuse_writeback_cache: d::FUSE_WRITEBACK_CACHE,
         entry_attr_ttl: Duration::from_millis(d::ENTRY_ATTR_TTL_MS),
         evictable_inode_ttl: Duration::from_millis(d::EVICTABLE_INODE_TTL_MS),
         virtual_dir_ttl: Duration::from_millis(d::VIRTUAL_DIR_TTL_MS),
@@ -125,6 +126,7 @@ pub(super) fn parse_v1(
     if c.max_write < 4096 {
         return Err(s.invalid("max_write", "must be at least 4096 (one page)"));
     }
+    c.fuse_writeback_cache = raw.fuse_writeback_cache.value_or(d::FUSE_WRITEBACK_CACHE);
     parse_ttls(s, &raw, &mut c)?;
     c.cache = parse_cache(s, &mut raw, warnings)?;
     c.multipart_upload_threshold_bytes = raw

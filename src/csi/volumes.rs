@@ -50,6 +50,8 @@ pub struct NodeSettings {
     pub staging_dir: PathBuf,
     /// FUSE reader threads per volume (0: one per CPU).
     pub fuse_workers: usize,
+    /// The node config's `fuse_writeback_cache`, for every volume's connection.
+    pub fuse_writeback_cache: bool,
     /// At most this many published targets (0: no limit).
     pub max_volumes: usize,
     /// FUSE requests unanswered this long are logged and counted (`None`: no watchdog).
@@ -379,6 +381,7 @@ impl Volumes {
             workers: self.settings.fuse_workers,
             read_only: configs.iter().all(|c| c.readonly),
             max_write: MAX_WRITE,
+            writeback_cache: self.settings.fuse_writeback_cache,
             stall_warn: self.settings.fuse_stall_warn,
         };
         let runtime = self.runtime.clone();

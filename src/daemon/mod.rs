@@ -270,6 +270,7 @@ fn session_options(config: &Config) -> SessionOptions {
         workers: config.fuse_workers,
         read_only: false,
         max_write: config.max_write,
+        writeback_cache: config.fuse_writeback_cache,
         stall_warn: config.fuse_request_stall_warn,
     }
 }

@@ -31,6 +31,8 @@ pub struct SessionOptions {
     pub read_only: bool,
     /// Largest write request the kernel sends.
     pub max_write: u32,
+    /// Ask for the kernel's writeback cache in INIT (`fuse_writeback_cache`).
+    pub writeback_cache: bool,
     /// Requests unanswered this long are logged and counted (`fuse_request_stall_warn_secs`;
     /// `None`: no watchdog).
     pub stall_warn: Option<Duration>,
@@ -101,6 +103,7 @@ impl MountedSession {
         options: &SessionOptions,
     ) -> io::Result<MountedSession> {
         let adapter = FuseAdapter::new(fs, runtime, options.max_write)
+            .writeback_cache(options.writeback_cache)
             .watch_stalls(options.stall_warn, &options.name);
         let kernel = adapter.kernel_init();
         let unanswered = adapter.unanswered();

@@ -604,17 +604,22 @@ impl Fs {
             // What was written must be in the store before it can be copied server-side.
             writes.commit(&file).await?;
         }
-        let size = store
+        let source = store
             .head(&key)
             .await
             .map_err(|e| Self::store_error(backend, e))?
-            .ok_or(FsError::NotFound)?
-            .size;
+            .ok_or(FsError::NotFound)?;
+        let size = source.size;
+        let source = ObjectVersion {
+            key: key.clone(),
+            etag: source.etag,
+            size,
+        };
         // Whatever was being written at the destination is replaced: dropped, and any commit
         // of it finished, before the copy, so that it cannot land on top of the copy.
         writes.forget(store.id(), &new_key).await;
         let copied = writes
-            .copy_object(store.as_ref(), &key, &new_key, size)
+            .copy_object(store.as_ref(), &source, &new_key)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
         let moved = EntryKind::File {

@@ -44,6 +44,8 @@ pub struct FuseAdapter {
     fs: Arc<Fs>,
     runtime: Handle,
     max_write: u32,
+    /// Ask for `FUSE_WRITEBACK_CACHE` in INIT.
+    writeback_cache: bool,
     /// Requests waiting for their answer.
     in_flight: Arc<InFlight>,
     /// Warn about requests unanswered this long (`None`: no watchdog).
@@ -80,6 +82,11 @@ pub struct KernelInit {
     pub resend: bool,
     /// The largest write the connection was set up for.
     pub max_write: u32,
+    /// The kernel's writeback cache is on for this connection (`fuse_writeback_cache`): a
+    /// successor inherits it whatever its own config says, since only INIT can change it.
+    /// Absent from what older processes saved: they never asked for it.
+    #[serde(default)]
+    pub writeback_cache: bool,
 }
 
 impl FuseAdapter {
@@ -89,6 +96,7 @@ impl FuseAdapter {
             fs,
             runtime,
             max_write,
+            writeback_cache: false,
             in_flight: InFlight::new(),
             stall_warn: None,
             session: String::new(),
@@ -96,6 +104,18 @@ impl FuseAdapter {
             kernel: Arc::new(OnceLock::new()),
             unanswered: Unanswered::default(),
         }
+    }
+
+    /// Asks the kernel for its writeback cache in INIT (when it offers one). What that changes
+    /// is in the README's "Writeback cache" section: writes are merged into `max_write`-sized
+    /// requests and sent when the kernel writes its dirty pages back (at the latest before the
+    /// FLUSH of a close and before an FSYNC, so commits see every byte), and the kernel owns
+    /// a cached file's size and mtime. Nothing in `Fs` depends on it: reads on a write-only
+    /// handle (the kernel fills partial pages) are served like any read, and `O_APPEND` is
+    /// resolved by the kernel against its own size.
+    pub fn writeback_cache(mut self, on: bool) -> FuseAdapter {
+        self.writeback_cache = on;
+        self
     }
 
     /// Counts the requests this adapter has handed to the runtime and not yet answered.
@@ -311,6 +331,11 @@ impl Filesystem for FuseAdapter {
             | InitFlags::FUSE_ASYNC_READ
             // O_TRUNC arrives with the open instead of as a separate setattr.
             | InitFlags::FUSE_ATOMIC_O_TRUNC;
+        let wanted = if self.writeback_cache {
+            wanted | InitFlags::FUSE_WRITEBACK_CACHE
+        } else {
+            wanted
+        };
         let _ = config.add_capabilities(wanted & config.capabilities());
         let _ = config.set_max_readahead(MAX_READAHEAD);
         let _ = config.set_max_write(self.max_write.max(4096));
@@ -321,6 +346,10 @@ impl Filesystem for FuseAdapter {
             abi: (abi.0, abi.1),
             resend: config.capabilities().contains(InitFlags::FUSE_HAS_RESEND),
             max_write: self.max_write.max(4096),
+            writeback_cache: self.writeback_cache
+                && config
+                    .capabilities()
+                    .contains(InitFlags::FUSE_WRITEBACK_CACHE),
         });
         self.start_watchdog();
         Ok(())

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload, PutResult,
-    Result, StoreError,
+    CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
+    PutResult, Result, StoreError,
 };
 
 /// Multipart uploads are staged here, under the root so that completing one is a rename within
@@ -388,10 +388,11 @@ impl ObjectStore for FileStore {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
+        source: CopySource<'_>,
     ) -> Result<CompletedPart> {
-        let body = self.get_range(source_key, range, None).await?;
+        let body = self
+            .get_range(source.key, source.range, source.if_match)
+            .await?;
         self.upload_part(key, upload_id, part_number, body).await
     }
 
@@ -596,7 +597,7 @@ mod tests {
         let (_dir, store) = store_with(&[("src", b"abcdefgh")]);
         let id = store.create_multipart("out").await.expect("create");
         let p2 = store
-            .upload_part_copy("out", &id, 2, "src", 4..8)
+            .upload_part_copy("out", &id, 2, CopySource::any_version("src", 4..8))
             .await
             .expect("copy part");
         let p1 = store

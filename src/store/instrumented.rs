@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    BodySource, ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore,
-    PendingUpload, PutResult, Result, StoreError,
+    BodySource, ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta,
+    ObjectStore, PendingUpload, PutResult, Result, StoreError,
 };
 use crate::telemetry::Metrics;
 
@@ -175,14 +175,13 @@ impl ObjectStore for InstrumentedStore {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
+        source: CopySource<'_>,
     ) -> Result<CompletedPart> {
         self.timed(
             "upload_part_copy",
             key,
             self.inner
-                .upload_part_copy(key, upload_id, part_number, source_key, range),
+                .upload_part_copy(key, upload_id, part_number, source),
         )
         .await
     }

@@ -127,6 +127,30 @@ pub struct CompletedPart {
     pub etag: String,
 }
 
+/// What an [`ObjectStore::upload_part_copy`] copies: a byte range of one object, optionally only
+/// while that object still has the ETag the caller planned around.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopySource<'a> {
+    pub key: &'a str,
+    pub range: Range<u64>,
+    /// Copy only while the source has this ETag (S3's `x-amz-copy-source-if-match`), else fail
+    /// with [`StoreError::Changed`]. A commit copies the ranges nobody wrote from the version
+    /// they were written over; if another writer replaced that object meanwhile, copying from
+    /// what is there now would mix two versions into one file.
+    pub if_match: Option<&'a str>,
+}
+
+impl<'a> CopySource<'a> {
+    /// Bytes `range` of whatever version `key` has when the copy runs.
+    pub fn any_version(key: &'a str, range: Range<u64>) -> CopySource<'a> {
+        CopySource {
+            key,
+            range,
+            if_match: None,
+        }
+    }
+}
+
 /// A multipart upload started and neither completed nor aborted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingUpload {
@@ -243,14 +267,13 @@ pub trait ObjectStore: Send + Sync + Debug {
         MAX_OBJECT_SIZE
     }
 
-    /// Fills a part server-side from bytes `range` of `source_key`.
+    /// Fills a part server-side from a range of another object (see [`CopySource`]).
     async fn upload_part_copy(
         &self,
         key: &str,
         upload_id: &str,
         part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
+        source: CopySource<'_>,
     ) -> Result<CompletedPart>;
 
     async fn complete_multipart(

@@ -16,8 +16,8 @@ use bytes::Bytes;
 
 use super::body::{ProducerError, streamed};
 use super::{
-    BodySource, ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore,
-    PendingUpload, PutResult, Result, RetryPolicy, StoreError,
+    BodySource, ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta,
+    ObjectStore, PendingUpload, PutResult, Result, RetryPolicy, StoreError,
 };
 
 /// S3 caps one DeleteObjects request at this many keys.
@@ -504,9 +504,9 @@ impl ObjectStore for S3Store {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
+        source: CopySource<'_>,
     ) -> Result<CompletedPart> {
+        let range = &source.range;
         let out = self
             .retry
             .run("upload_part_copy", key, || async {
@@ -516,17 +516,26 @@ impl ObjectStore for S3Store {
                     .key(key)
                     .upload_id(upload_id)
                     .part_number(part_number)
-                    .copy_source(self.copy_source(source_key))
+                    .copy_source(self.copy_source(source.key))
                     .copy_source_range(format!(
                         "bytes={}-{}",
                         range.start,
                         range.end.saturating_sub(1)
                     ))
+                    .set_copy_source_if_match(source.if_match.map(str::to_string))
                     .send()
                     .await
                     .map_err(|e| self.classify("upload_part_copy", key, e))
             })
-            .await?;
+            .await
+            .map_err(|e| match (e, source.if_match) {
+                (StoreError::Service { status: 412, .. }, Some(expected)) => StoreError::Changed {
+                    op: "upload_part_copy",
+                    key: source.key.to_string(),
+                    expected: expected.to_string(),
+                },
+                (other, _) => other,
+            })?;
         Ok(CompletedPart {
             part_number,
             etag: out

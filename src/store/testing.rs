@@ -11,8 +11,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{
-    ChunkSink, CompletedPart, FileStore, ListPage, ListRequest, ObjectMeta, ObjectStore,
-    PendingUpload, PutResult, Result as StoreResult, StoreError,
+    ChunkSink, CompletedPart, CopySource, FileStore, ListPage, ListRequest, ObjectMeta,
+    ObjectStore, PendingUpload, PutResult, Result as StoreResult, StoreError,
 };
 
 /// A store that forwards to another (a [`FileStore`] unless built with [`TestStore::over`]),
@@ -267,12 +267,11 @@ impl ObjectStore for TestStore {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
+        source: CopySource<'_>,
     ) -> StoreResult<CompletedPart> {
         self.write_call("upload_part_copy", key)?;
         self.inner
-            .upload_part_copy(key, upload_id, part_number, source_key, range)
+            .upload_part_copy(key, upload_id, part_number, source)
             .await
     }
 

@@ -18,7 +18,7 @@ use super::plan::{self, PlannedPart, Source};
 use super::read::{Piece, read_plan};
 use super::{Inner, WriteError};
 use crate::cache::{ObjectReader, ObjectVersion};
-use crate::store::{BODY_CHUNK, BodySource, CompletedPart, StoreError};
+use crate::store::{BODY_CHUNK, BodySource, CompletedPart, CopySource, StoreError};
 use crate::telemetry::Metrics;
 
 /// Parts of one file's commit sent at once.
@@ -189,14 +189,20 @@ pub(super) async fn commit_once(
     let result = if snapshot.size < inner.config.multipart_threshold && upload.is_none() {
         put_whole(inner, target, &snapshot).await
     } else {
-        multipart(inner, file, &snapshot)
-            .await
-            .map(|etag| (etag, None))
+        let mut sent = multipart(inner, file, &snapshot).await;
+        // `multipart` forgets an upload that vanished under it (someone aborted it; garage
+        // drops the open uploads of a key another client has just PUT): one more try starts a
+        // new upload, so that the application hears what became of its bytes (landed, or a
+        // conflict) rather than that some upload id is gone.
+        if upload_vanished(&sent) && file.state().upload.is_none() {
+            sent = multipart(inner, file, &snapshot).await;
+        }
+        sent.map(|etag| (etag, None))
     };
     inner
         .metrics
         .record_commit(&target.backend, result.is_ok(), started.elapsed());
-    let (etag, body) = result?;
+    let (etag, body) = result.map_err(|e| conflict_if_base_replaced(e, &snapshot, target))?;
     let committed = ObjectVersion {
         key: target.key.clone(),
         etag,
@@ -206,6 +212,25 @@ pub(super) async fn commit_once(
         elapsed = ?started.elapsed(), "committed");
     finish(inner, file, snapshot.generation, committed, body).await;
     Ok(())
+}
+
+/// A commit holds the file's commit lock, so its base can only change under it by another
+/// writer's hand: a read of the base (or a part copied from it, sent with `If-Match`) that
+/// found another version is a conflict no retry can resolve, not a transient failure.
+fn conflict_if_base_replaced(
+    error: WriteError,
+    snapshot: &Snapshot,
+    target: &Target,
+) -> WriteError {
+    match (&error, &snapshot.base) {
+        (WriteError::Store { source, .. }, Some(base)) if matches!(source.root(), StoreError::Changed { expected, .. } if *expected == base.etag) => {
+            WriteError::Conflict {
+                key: target.key.clone(),
+                base: base.etag.clone(),
+            }
+        }
+        _ => error,
+    }
 }
 
 /// The file's content as of `generation` is in the store as `committed`: rebases the file onto
@@ -412,6 +437,11 @@ async fn multipart(
     Ok(etag)
 }
 
+fn upload_vanished<T>(sent: &Result<T, WriteError>) -> bool {
+    matches!(sent, Err(WriteError::Store { source, .. })
+        if matches!(source.root(), StoreError::NotFound { .. }))
+}
+
 /// After an upload vanished (aborted by someone else, or completed by an attempt whose answer
 /// was lost), the next commit starts a new one.
 fn forget_upload(file: &DirtyFile, upload_id: &str) {
@@ -508,8 +538,11 @@ async fn send_part(
                     &target.key,
                     upload_id,
                     number,
-                    &base.key,
-                    part.range.clone(),
+                    CopySource {
+                        key: &base.key,
+                        range: part.range.clone(),
+                        if_match: Some(&base.etag),
+                    },
                 )
                 .await
         }

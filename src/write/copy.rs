@@ -1,6 +1,7 @@
 //! Server-side copy of a whole object of any size (a file rename is a copy and a delete).
 
-use crate::store::{ObjectStore, PutResult, Result};
+use crate::cache::ObjectVersion;
+use crate::store::{CopySource, ObjectStore, PutResult, Result};
 
 use super::journal::UploadJournal;
 use super::plan;
@@ -10,22 +11,22 @@ const MAX_COPY: u64 = 5 << 30;
 /// Parts of a large copy: big, as copies move no bytes through us, but within the part limit.
 const COPY_PART: u64 = 512 << 20;
 
-/// Copies `source` (of `size` bytes) to `dest` inside the store: one CopyObject up to 5 GiB,
-/// else a multipart upload of server-side part copies (journalled while open), aborted if any
-/// part fails. Returns the copy's ETag.
+/// Copies `source` to `dest` inside the store: one CopyObject up to 5 GiB, else a multipart
+/// upload of server-side part copies (journalled while open), each only from `source`'s version
+/// (a source replaced midway fails the copy with `StoreError::Changed` instead of mixing two
+/// versions), aborted if any part fails. Returns the copy's ETag.
 pub(super) async fn copy_object(
     store: &dyn ObjectStore,
     journal: &UploadJournal,
-    source: &str,
+    source: &ObjectVersion,
     dest: &str,
-    size: u64,
 ) -> Result<PutResult> {
-    if size <= MAX_COPY {
-        return store.copy(source, dest).await;
+    if source.size <= MAX_COPY {
+        return store.copy(&source.key, dest).await;
     }
     let upload = store.create_multipart(dest).await?;
     journal.record(store, dest, &upload).await;
-    let copied = copy_parts(store, source, dest, &upload, size).await;
+    let copied = copy_parts(store, source, dest, &upload).await;
     let finished = match &copied {
         Ok(_) => true,
         Err(_) => store.abort_multipart(dest, &upload).await.is_ok(),
@@ -40,11 +41,11 @@ pub(super) async fn copy_object(
 /// Fills and completes multipart upload `upload` of `dest` with copies of `source`'s parts.
 async fn copy_parts(
     store: &dyn ObjectStore,
-    source: &str,
+    source: &ObjectVersion,
     dest: &str,
     upload: &str,
-    size: u64,
 ) -> Result<PutResult> {
+    let size = source.size;
     let part_size = plan::part_size_for(size).max(COPY_PART);
     let mut parts = Vec::new();
     for index in 0..plan::part_count(size, part_size) {
@@ -52,7 +53,16 @@ async fn copy_parts(
         let number = i32::try_from(index + 1).unwrap_or(i32::MAX);
         parts.push(
             store
-                .upload_part_copy(dest, upload, number, source, range)
+                .upload_part_copy(
+                    dest,
+                    upload,
+                    number,
+                    CopySource {
+                        key: &source.key,
+                        range,
+                        if_match: Some(&source.etag),
+                    },
+                )
                 .await?,
         );
     }

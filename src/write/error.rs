@@ -64,6 +64,13 @@ pub enum WriteError {
         /// The object's ETag now; `None` when it is gone.
         current: Option<String>,
     },
+    #[error(
+        "{key}: another writer replaced the object while msfs was committing changes made over \
+         its version {base}. The bytes this file did not change would have come from the other \
+         version, so nothing was committed: the changes are kept locally. Rewrite the whole file \
+         to commit it, or delete it"
+    )]
+    Conflict { key: String, base: String },
     #[error("an earlier background commit failed: {message}")]
     EarlierCommitFailed { message: String },
 }
@@ -76,7 +83,8 @@ impl WriteError {
             WriteError::Store { source, .. } => source.is_terminal(),
             WriteError::TooLarge { .. }
             | WriteError::Internal(_)
-            | WriteError::BaseReplaced { .. } => true,
+            | WriteError::BaseReplaced { .. }
+            | WriteError::Conflict { .. } => true,
             _ => false,
         }
     }

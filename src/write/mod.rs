@@ -274,16 +274,15 @@ impl WriteEngine {
         }
     }
 
-    /// Copies object `source` (of `size` bytes) to `dest` inside `store` (a rename): one
-    /// CopyObject up to 5 GiB, else a journalled multipart upload of server-side part copies.
+    /// Copies object `source` to `dest` inside `store` (a rename): one CopyObject up to 5 GiB,
+    /// else a journalled multipart upload of server-side part copies of that version only.
     pub async fn copy_object(
         &self,
         store: &dyn ObjectStore,
-        source: &str,
+        source: &ObjectVersion,
         dest: &str,
-        size: u64,
     ) -> Result<PutResult, StoreError> {
-        copy::copy_object(store, &self.inner.journal, source, dest, size).await
+        copy::copy_object(store, &self.inner.journal, source, dest).await
     }
 
     /// Aborts, on a background task, the multipart uploads that killed msfs processes sharing

@@ -321,6 +321,58 @@ async fn rewriting_4k_of_a_large_object_copies_the_rest_server_side() {
     );
 }
 
+/// Another writer replaces `key` in the store (a different size, so the local store's ETag of
+/// it changes whatever its clock's resolution).
+fn replace_behind_the_engine(f: &Fixture, key: &str, len: usize) -> Vec<u8> {
+    let other = Rng(99).bytes(len);
+    std::fs::write(f.data.path().join(key), &other).expect("the other writer's object");
+    other
+}
+
+#[tokio::test]
+async fn a_base_replaced_during_the_commit_is_a_conflict_and_copies_nothing_of_the_new_one() {
+    let f = fixture(8 * MIB, 1 << 30);
+    let mut rng = Rng(11);
+    let original = rng.bytes((40 * MIB) as usize);
+    std::fs::write(f.data.path().join("big"), &original).expect("seed");
+    let base = f.version("big").await;
+    let file = f.engine.open(f.target("big"), Some(base.clone()));
+    let patch = rng.bytes(4096);
+    f.engine.write(&file, 5 * MIB, &patch).await.expect("write");
+    let theirs = replace_behind_the_engine(&f, "big", (40 * MIB) as usize + 1);
+
+    let err = f.engine.commit(&file).await.expect_err("a conflict");
+    assert!(
+        matches!(&err, WriteError::Conflict { key, base: b } if key == "big" && *b == base.etag),
+        "{err}"
+    );
+    assert!(err.is_terminal(), "retrying cannot resolve it");
+    // Their object stands; no part of it was copied into a commit of ours.
+    assert_eq!(f.stored("big").as_deref(), Some(&theirs[..]));
+    // Ours is kept: the written range still reads back from the file.
+    let kept = f
+        .engine
+        .read(&file, 5 * MIB..5 * MIB + 4096, false)
+        .await
+        .expect("read the kept bytes");
+    assert_eq!(&kept[..], &patch[..]);
+}
+
+#[tokio::test]
+async fn a_small_file_whose_base_was_replaced_is_a_conflict_too() {
+    let f = fixture(8 * MIB, 1 << 30);
+    std::fs::write(f.data.path().join("small"), b"0123456789").expect("seed");
+    let base = f.version("small").await;
+    let file = f.engine.open(f.target("small"), Some(base));
+    f.engine.write(&file, 2, b"ab").await.expect("write");
+    let theirs = replace_behind_the_engine(&f, "small", 20);
+
+    let err = f.engine.commit(&file).await.expect_err("a conflict");
+    assert!(matches!(err, WriteError::Conflict { .. }), "{err}");
+    assert_eq!(f.stored("small").as_deref(), Some(&theirs[..]));
+    assert_eq!(f.store.calls("put"), 0);
+}
+
 #[tokio::test]
 async fn a_large_sequential_write_streams_its_parts_before_the_commit() {
     let f = fixture(8 * MIB, 1 << 30);

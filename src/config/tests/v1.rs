@@ -13,6 +13,7 @@ gid: 1001
 dir_perm: "750"
 allow_other: false
 max_write: 1048576
+fuse_writeback_cache: true
 entry_attr_ttl: 5000
 evictable_inode_ttl: 60000
 virtual_dir_ttl: 70000
@@ -83,6 +84,7 @@ fn full_v1_expected(source: &str) -> Config {
         dir_perm: 0o750,
         allow_other: false,
         max_write: 1_048_576,
+        fuse_writeback_cache: true,
         entry_attr_ttl: Duration::from_millis(5000),
         evictable_inode_ttl: Duration::from_millis(60_000),
         virtual_dir_ttl: Duration::from_millis(70_000),

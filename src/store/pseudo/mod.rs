@@ -51,8 +51,8 @@ use bytes::Bytes;
 pub use pattern::{pseudo_byte, pseudo_fill};
 
 use super::{
-    ChunkSink, CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
-    PutResult, Result, StoreError,
+    ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta, ObjectStore,
+    PendingUpload, PutResult, Result, StoreError,
 };
 use crate::config::{PseudoConfig, PseudoLatencies};
 use pattern::fnv1a;
@@ -217,8 +217,7 @@ impl ObjectStore for PseudoStore {
         key: &str,
         _upload_id: &str,
         _part_number: i32,
-        _source_key: &str,
-        _range: Range<u64>,
+        _source: CopySource<'_>,
     ) -> Result<CompletedPart> {
         Err(read_only("upload_part_copy", key))
     }

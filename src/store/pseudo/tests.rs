@@ -369,7 +369,10 @@ async fn every_write_is_refused_as_read_only() {
         store.put(key, Bytes::new()).await.err(),
         store.create_multipart(key).await.err(),
         store.upload_part(key, "u", 1, Bytes::new()).await.err(),
-        store.upload_part_copy(key, "u", 1, key, 0..1).await.err(),
+        store
+            .upload_part_copy(key, "u", 1, CopySource::any_version(key, 0..1))
+            .await
+            .err(),
         store.complete_multipart(key, "u", &[part]).await.err(),
         store.abort_multipart(key, "u").await.err(),
         store.copy(key, "other").await.err(),

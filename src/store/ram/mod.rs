@@ -27,8 +27,8 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 
 use super::{
-    CompletedPart, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload, PutResult,
-    Result, StoreError,
+    CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
+    PutResult, Result, StoreError,
 };
 use crate::config::RamConfig;
 
@@ -375,10 +375,19 @@ impl ObjectStore for RamStore {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        source_key: &str,
-        range: Range<u64>,
+        copied: CopySource<'_>,
     ) -> Result<CompletedPart> {
+        let (source_key, range) = (copied.key, copied.range);
         let source = Self::object(&self.state(), "upload_part_copy", source_key)?;
+        if let Some(expected) = copied.if_match
+            && source.etag != expected
+        {
+            return Err(StoreError::Changed {
+                op: "upload_part_copy",
+                key: source_key.to_string(),
+                expected: expected.to_string(),
+            });
+        }
         let len = source.body.len() as u64;
         if range.start > range.end || range.end > len {
             return Err(StoreError::Service {

@@ -201,7 +201,7 @@ async fn multipart_assembles_uploaded_and_copied_parts_in_order() {
         .await
         .expect("part 3");
     let p2 = store
-        .upload_part_copy("out", &id, 2, "src", 2..6)
+        .upload_part_copy("out", &id, 2, CopySource::any_version("src", 2..6))
         .await
         .expect("part 2");
     let p1 = store
@@ -248,7 +248,7 @@ async fn multipart_assembles_uploaded_and_copied_parts_in_order() {
     ));
     assert!(
         store
-            .upload_part_copy("x", &id, 1, "src", 5..11)
+            .upload_part_copy("x", &id, 1, CopySource::any_version("src", 5..11))
             .await
             .is_err(),
         "a range past the source's end"
@@ -304,7 +304,9 @@ async fn the_space_bound_counts_unfinished_parts_and_frees_on_delete_and_abort()
         .expect("part");
     assert!(is_full(store.put("c", Bytes::from(vec![6; 21])).await));
     assert!(is_full(
-        store.upload_part_copy("m", &id, 2, "a", 0..21).await
+        store
+            .upload_part_copy("m", &id, 2, CopySource::any_version("a", 0..21))
+            .await
     ));
     // A part uploaded again replaces the earlier one.
     store
@@ -352,4 +354,28 @@ async fn completing_a_large_upload_needs_no_extra_room() {
     assert_eq!((got[0], got[MIB as usize], got[got.len() - 1]), (1, 2, 3));
     store.delete_many(&["big".into()]).await.expect("delete");
     assert_eq!(store.state().used, 0);
+}
+
+#[tokio::test]
+async fn a_part_copy_with_if_match_refuses_a_replaced_source() {
+    let store = store(10, MIB);
+    let first = store
+        .put("src", Bytes::from_static(b"0123456789"))
+        .await
+        .expect("put");
+    store
+        .put("src", Bytes::from_static(b"abcdefghij"))
+        .await
+        .expect("replace");
+    let id = store.create_multipart("out").await.expect("create");
+    let copy = CopySource {
+        key: "src",
+        range: 0..4,
+        if_match: Some(&first.etag),
+    };
+    let err = store
+        .upload_part_copy("out", &id, 1, copy)
+        .await
+        .expect_err("the source changed");
+    assert!(matches!(err, StoreError::Changed { .. }), "{err}");
 }

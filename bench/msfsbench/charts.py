@@ -9,7 +9,8 @@ from .report import fmt, machine_line
 from .results import RAW, Results
 
 REFERENCE = "reference"  # a workload's published figure (the seed's), not a peer
-COLORS = {"msfs": "#1f77b4", "s3fs": "#ff7f0e", "rclone": "#2ca02c", RAW: "#7f7f7f", REFERENCE: "#bcbd22"}
+COLORS = {"msfs": "#1f77b4", "mount-s3": "#d62728", "s3fs": "#ff7f0e", "rclone": "#2ca02c", RAW: "#7f7f7f",
+          REFERENCE: "#bcbd22"}
 LOG_SPREAD = 30.0
 
 

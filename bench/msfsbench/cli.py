@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import charts, datasets, report, selfcheck, shell
+from . import charts, datasets, install, report, selfcheck, shell
 from .facts import host
 from .filesystems import PEERS
 from .results import Results
@@ -44,7 +44,7 @@ class Options:
 def parse(argv: list[str]) -> Options:
     p = argparse.ArgumentParser(
         prog="bench/run",
-        description="Measure msfs beside s3fs, rclone and the raw S3 client (the physical limit) "
+        description="Measure msfs beside mount-s3, s3fs, rclone and the raw S3 client (the physical limit) "
         "against a local S3 server. Run as root on a Debian machine; see bench/README.md.",
     )
     p.add_argument("--quick", action="store_true", help="smaller and shorter (under 10 minutes on 2 cores)")
@@ -52,7 +52,7 @@ def parse(argv: list[str]) -> Options:
                    help="seconds-long smoke run (tiny data, one workload per family, msfs + raw), "
                    "into a temp dir; exits non-zero if any output is missing")
     p.add_argument("--only", nargs="+", metavar="NAME", help="workload names, families or patterns (rand-*)")
-    p.add_argument("--peers", help="comma-separated filesystems to compare (default msfs,s3fs,rclone; "
+    p.add_argument("--peers", help="comma-separated filesystems to compare (default msfs,mount-s3,s3fs,rclone; "
                    "the raw client always runs)")
     p.add_argument("--runs", type=int, help="repeats per cell (default 3; 1 with --quick)")
     p.add_argument("--results-dir", type=Path, help="where outputs go (default bench/results)")
@@ -66,10 +66,11 @@ def parse(argv: list[str]) -> Options:
     shell.VERBOSE = a.verbose
     if a.peers is not None:
         peers = [x for x in a.peers.split(",") if x]
-    elif a.self_check:  # peers only if already installed: CI must not need them
-        peers = ["msfs"] + [x for x in ("s3fs", "rclone") if shutil.which(x)]
+    elif a.self_check:  # peers only if already installed (mount-s3: built): CI must not need them
+        peers = ["msfs"] + (["mount-s3"] if install.mount_s3_ready() else [])
+        peers += [x for x in ("s3fs", "rclone") if shutil.which(x)]
     else:
-        peers = ["msfs", "s3fs", "rclone"]
+        peers = ["msfs", "mount-s3", "s3fs", "rclone"]
     unknown = [x for x in peers if x not in PEERS]
     if unknown:
         p.error(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
@@ -108,7 +109,12 @@ def print_plan(plan: Plan) -> None:
     log(f"peers: {', '.join(plan.peers)} + the raw S3 client; runs per cell: {plan.runs}")
     log(f"workloads ({len(plan.workloads)}): {' '.join(w.name for w in plan.workloads)}")
     log(f"expected duration: about {estimate_seconds(plan) / 60:.0f} min on 2 cores "
-        "(plus first-time installs and the msfs build)")
+        "(plus first-time installs and the msfs build"
+        + (", and the mount-s3 build: about 10 min the first time)" if _builds_mount_s3(plan) else ")"))
+
+
+def _builds_mount_s3(plan: Plan) -> bool:
+    return "mount-s3" in plan.peers and not install.mount_s3_ready()
 
 
 def list_workloads(workloads: list[Workload]) -> None:

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .install import REPO
+from .install import MOUNT_S3_BINARY, REPO
 from .shell import run, version_of
 
 
@@ -72,6 +72,9 @@ def tool_versions() -> dict[str, str]:
         "fio": version_of(["fio", "--version"]),
         "s3fs": version_of(["s3fs", "--version"]),
         "rclone": version_of(["rclone", "version"]),
+        # The binary says which mount-s3 release's engine (mountpoint-s3-fs) it is built on.
+        "mount-s3": version_of([str(MOUNT_S3_BINARY), "--version"]) if MOUNT_S3_BINARY.exists()
+        else "not built",
         "python": platform.python_version(),
         "matplotlib": matplotlib.__version__,
     }

@@ -4,8 +4,9 @@ Equivalence, as far as each peer allows it (bench/README.md explains the gaps):
   * same server, bucket, credentials, path-style requests, region us-east-1, read-only — and
     writable, with close() made durable where the peer can (`writable`), for the write cells;
   * same cache budget (`Scale.cache_bytes`) where the peer has a bounded cache;
-  * metadata trusted for 10 s (msfs `entry_attr_ttl`, s3fs `stat_cache_expire`, rclone
-    `--attr-timeout`/`--dir-cache-time`), mtimes from the server's LastModified;
+  * metadata trusted for 10 s (msfs `entry_attr_ttl`, mount-s3 `--metadata-ttl`, s3fs
+    `stat_cache_expire`, rclone `--attr-timeout`/`--dir-cache-time`), mtimes from the server's
+    LastModified;
   * the same FUSE connection tuning (fusectl.py), applied after every mount;
   * a cold mount starts with an empty cache directory.
 """
@@ -59,6 +60,10 @@ class Filesystem(ABC):
     # Whether close() returns only once written data is in the store (else write cells wait for
     # the store on the clock).
     durable_on_close = True
+    # Workloads (name patterns) doing what the peer cannot do, and why. Their cells still run and
+    # fail with the peer's own error (no result is made up); the table then says why, and the
+    # self-check expects those failures.
+    unsupported: dict[str, str] = {}
 
     def __init__(self, work: Path, server: S3Server, scale: Scale, fusectl: FuseControl, binaries: Binaries):
         self.work = work
@@ -226,6 +231,16 @@ class MsfsWithoutHolder(Msfs):
     EXTRA_ENV = {"MSFS_NO_FD_HOLDER": "1"}
 
 
+class MsfsWriteback(Msfs):
+    """msfs with the kernel's writeback cache (`fuse_writeback_cache: true`, off by default):
+    beside `msfs`, what merging writes in the page cache gives (issue #21)."""
+
+    name = "msfs-writeback"
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        return {**super().settings(writable), "fuse_writeback_cache": True}
+
+
 def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
     """The top-level settings of every msfs the harness mounts."""
     return {
@@ -381,6 +396,58 @@ class Rclone(ForegroundFilesystem):
         return self._spawn(cmd, env)
 
 
+class MountS3(ForegroundFilesystem):
+    """mount-s3: AWS's Mountpoint for Amazon S3, release 1.24's engine (mountpoint-s3-fs 0.11)
+    behind our own small binary (bench/peers/mount-s3, built by install.py), with its local data
+    cache (`--cache`) bounded like the others. Otherwise mount-s3's defaults: 8 MiB parts, its
+    prefetcher, 16 FUSE threads, a memory target of 95% of RAM. Writable, it may create files
+    (uploaded by close(): durable as it is), replace them whole (`--allow-overwrite`, O_TRUNC
+    only) and unlink them (`--allow-delete`); it never writes into an existing object or renames
+    one, so those cells fail on it with the error the operation gets."""
+
+    name = "mount-s3"
+    unsupported = {
+        "write-rand-*": "mount-s3 cannot write into an existing object: it opens one for writing "
+        "only with O_TRUNC, to replace it whole",
+    }
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        mode = {"--allow-overwrite": True, "--allow-delete": True} if self._writable(writable) else {
+            "--read-only": True}
+        return {
+            **mode,
+            "--endpoint-url": self.server.endpoint,
+            "--region": "us-east-1",
+            "--force-path-style": True,
+            "--allow-other": True,
+            "--cache": str(self.cache_dir),
+            "--max-cache-size": self.scale.cache_bytes // MiB,  # MiB
+            # mount-s3 would trust metadata for 60 s once --cache is on; the harness's 10 s instead.
+            "--metadata-ttl": ATTR_TTL_SECONDS,
+            # mount-s3's defaults, passed so that the record says what ran.
+            "--part-size": 8 * MiB,
+            "--max-threads": 16,
+            # Its defaults with no flag (recorded only): bench/peers/mount-s3/src/main.rs.
+            "memory target": "95% of RAM (mount-s3's default; min 512 MiB)",
+            "read-ahead": "mount-s3's prefetcher: a first 1.125 MiB GET, then a window doubling up to 2 GiB",
+            "cache block": "1 MiB (mount-s3's default)",
+            "throughput target": "10 Gbps (mount-s3's default off EC2)",
+        }
+
+    def _start(self) -> int:
+        if self.binaries.mount_s3 is None:
+            raise RuntimeError("the mount-s3 peer is not built (install.build_mount_s3)")
+        flags: list[str] = []
+        for key, value in self.settings().items():
+            if key.startswith("--"):
+                flags += [key] if value is True else [key, str(value)]
+        cmd = [str(self.binaries.mount_s3), self.server.bucket, str(self.mountpoint), *flags,
+               "--log-directory", str(self.log_dir)]
+        env = {**os.environ, **{k: self.server.env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}}
+        env.pop("AWS_SESSION_TOKEN", None)  # the binary would send it along with garage's key
+        return self._spawn(cmd, env)
+
+
 def _yaml(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -392,6 +459,8 @@ def _yaml(value: object) -> str:
 PEERS: dict[str, type[Filesystem]] = {
     "msfs": Msfs,
     "msfs-no-holder": MsfsWithoutHolder,
+    "msfs-writeback": MsfsWriteback,
+    "mount-s3": MountS3,
     "s3fs": S3fs,
     "rclone": Rclone,
 }

@@ -1,6 +1,8 @@
-"""Getting the machine ready: Debian packages, the S3 server, and the msfs binaries.
+"""Getting the machine ready: Debian packages, the S3 server, the msfs binaries and the mount-s3
+peer's own binary.
 
-Everything is idempotent: a step runs only when what it produces is missing.
+Everything is idempotent: a step runs only when what it produces is missing (or, for the
+mount-s3 peer, older than its sources).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE_OF = {"fio": "fio", "s3fs": "s3fs", "rclone": "rclone"}
 
 
+# The mount-s3 peer (bench/peers/mount-s3): a binary of our own over AWS's mountpoint-s3 crates,
+# built with a target dir of its own, never part of the product's workspace or of the self-check.
+MOUNT_S3_DIR = REPO / "bench" / "peers" / "mount-s3"
+MOUNT_S3_BINARY = MOUNT_S3_DIR / "target" / "release" / "mount-s3"
+# What building it needs: cmake and libclang (bindgen) for the AWS CRT it compiles, pkg-config and
+# the libfuse3 headers for its FUSE library.
+MOUNT_S3_BUILD_PACKAGES = ["cmake", "libclang-dev", "pkg-config", "libfuse3-dev"]
+
+
 def _dpkg_installed(package: str) -> bool:
     proc = subprocess.run(
         ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True
@@ -29,7 +41,15 @@ def _dpkg_installed(package: str) -> bool:
 
 def ensure_commands(commands: list[str]) -> None:
     """Installs the Debian packages behind `commands` that are not on PATH yet."""
-    missing = [PACKAGE_OF[c] for c in commands if shutil.which(c) is None]
+    _apt_install([PACKAGE_OF[c] for c in commands if shutil.which(c) is None])
+
+
+def ensure_packages(packages: list[str]) -> None:
+    """Installs the Debian packages (libraries, headers: nothing on PATH to look for) not installed yet."""
+    _apt_install([p for p in packages if not _dpkg_installed(p)])
+
+
+def _apt_install(missing: list[str]) -> None:
     if not missing:
         return
     log(f"installing Debian packages: {' '.join(missing)}")
@@ -59,6 +79,7 @@ class Binaries:
     msfs: Path
     raw_read: Path
     profile: str
+    mount_s3: Path | None = None  # built only when the mount-s3 peer runs
 
 
 def build(profile: str) -> Binaries:
@@ -77,3 +98,35 @@ def build(profile: str) -> Binaries:
         if not path.exists():
             raise RuntimeError(f"build finished but {path} is missing")
     return binaries
+
+
+def mount_s3_sources() -> list[Path]:
+    """What the mount-s3 binary is built from: its manifest, lock file and Rust sources."""
+    return [MOUNT_S3_DIR / "Cargo.toml", MOUNT_S3_DIR / "Cargo.lock", *sorted((MOUNT_S3_DIR / "src").rglob("*.rs"))]
+
+
+def mount_s3_ready() -> bool:
+    """The mount-s3 binary exists and is newer than everything it is built from (no build needed)."""
+    if not MOUNT_S3_BINARY.exists():
+        return False
+    built = MOUNT_S3_BINARY.stat().st_mtime
+    return all(src.stat().st_mtime <= built for src in mount_s3_sources())
+
+
+def build_mount_s3() -> Path:
+    """Builds the mount-s3 peer when its binary is missing or stale: release, `--locked`, in its own
+    target dir (bench/peers/mount-s3/target), under `nice` (the CRT's C build is long on 2 cores:
+    see the README). The build's Debian packages are installed first, only then."""
+    if mount_s3_ready():
+        return MOUNT_S3_BINARY
+    ensure_packages(MOUNT_S3_BUILD_PACKAGES)
+    log("building the mount-s3 peer (first time: the AWS CRT too)")
+    started = time.monotonic()
+    # --target-dir: its own, whatever CARGO_TARGET_DIR says (that one is the product's).
+    run_streaming(["nice", cargo(), "build", "--release", "--locked", "--target-dir", str(MOUNT_S3_DIR / "target")],
+                  cwd=MOUNT_S3_DIR)
+    if not MOUNT_S3_BINARY.exists():
+        raise RuntimeError(f"build finished but {MOUNT_S3_BINARY} is missing")
+    MOUNT_S3_BINARY.touch()  # cargo leaves an up-to-date binary's mtime alone; ready() compares it
+    log(f"mount-s3 peer built in {time.monotonic() - started:.0f} s")
+    return MOUNT_S3_BINARY

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import RAW, Cell, Results
+from .results import RAW, Cell, Results, unsupported_reason
 
 
 def fmt(v: float) -> str:
@@ -70,7 +70,8 @@ def markdown(results: Results) -> str:
     errors = [c for c in results.cells.values() if c.error and not c.not_measurable]
     if errors:
         lines += ["", "Errors (details in the JSON):", ""]
-        lines += [f"- {c.workload} on {c.peer}: {_first_and_last_line(c.error or '')}" for c in errors]
+        lines += [f"- {c.workload} on {c.peer}: {_first_and_last_line(c.error or '')}{_why(meta, c)}"
+                  for c in errors]
     unmeasured = [c for c in results.cells.values() if c.not_measurable]
     if unmeasured:
         lines += ["", "n/m, not measurable (no failure: the moment to measure did not come):", ""]
@@ -111,8 +112,9 @@ def _peer_table(results: Results, workloads: list[dict]) -> list[str]:
         lines += ["", f"n/a: no raw limit for {', '.join(w['name'] for w in no_raw)} ({no_raw[0]['raw']})."]
     if any(w.get("writes") for w in workloads):
         lines += ["", "Write cells are timed until the store holds what was written (msfs with "
-                  "`flush_on_close: true`; s3fs uploads in close; rclone is timed until the store lists "
-                  "the upload) and fail if a read-back check of the store finds a lost or wrong write."]
+                  "`flush_on_close: true`; mount-s3 and s3fs upload in close; rclone is timed until the "
+                  "store lists the upload) and fail if a read-back check of the store finds a lost or "
+                  "wrong write."]
     return lines
 
 
@@ -162,6 +164,12 @@ def _reference_ratio(mine: Cell | None, ref: dict, higher_is_better: bool) -> st
     if r >= 10:
         return f"{r:.0f}x"
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
+
+
+def _why(meta: dict, c: Cell) -> str:
+    """The peer's own reason when the cell does what it cannot do (so `error` reads as a limit)."""
+    reason = unsupported_reason(meta, c.workload, c.peer)
+    return f" (unsupported: {reason})" if reason else ""
 
 
 def _first_and_last_line(text: str) -> str:

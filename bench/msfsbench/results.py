@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -51,6 +52,14 @@ class Cell:
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Cell":
         return Cell(d["workload"], d["peer"], [Sample(**s) for s in d["runs"]], d.get("error"))
+
+
+def unsupported_reason(meta: dict[str, Any], workload: str, peer: str) -> str | None:
+    """Why `peer` cannot do what `workload` does, if it says so (`Filesystem.unsupported`, recorded
+    under `peer_settings`): its cell still ran and failed with the peer's own error; this only
+    tells a reader, and the self-check, that the failure is the peer's known limit."""
+    declared = meta.get("peer_settings", {}).get(peer, {}).get("unsupported", {})
+    return next((why for pattern, why in declared.items() if fnmatch.fnmatchcase(workload, pattern)), None)
 
 
 def describe_workload(w: Workload) -> dict[str, Any]:

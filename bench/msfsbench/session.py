@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +99,17 @@ class Session:
         if any(w.writes for w in self.plan.workloads):
             out["write_settings"] = fs.settings(writable=True)
         out["fuse_tuning"] = fs.tuning
+        if fs.unsupported:
+            out["unsupported"] = fs.unsupported
         return out
 
     def _install_and_build(self) -> install.Binaries:
         install.ensure_test_deps()
         install.ensure_commands(["fio"] + [c for p in self.plan.peers for c in PEERS[p].commands])
-        return install.build(self.plan.build_profile)
+        binaries = install.build(self.plan.build_profile)
+        if "mount-s3" in self.plan.peers:  # its CRT build needs packages and time no other run needs
+            binaries = replace(binaries, mount_s3=install.build_mount_s3())
+        return binaries
 
     def _start_server_and_seed(
         self, binaries: install.Binaries

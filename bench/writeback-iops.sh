@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# What `fuse_writeback_cache` does to random writes (issue #21): 4 KiB pwrite()s at random
+# aligned offsets into an existing SIZE_MIB object, by 1, 4 and 8 threads for SECONDS each,
+# then close (which commits: `flush_on_close: true`). Each thread count runs RUNS times with
+# the writeback cache and RUNS times without, alternating mounts. Prints per run the write
+# phase's IOPS (writes / time until the last write returned) and the close's seconds, and the
+# medians of the IOPS.
+# Over a local `file` backend, so the numbers are msfs's and the kernel's own, not a server's.
+#
+#   bench/writeback-iops.sh [RUNS] [SECONDS] [SIZE_MIB]      defaults: 3, 10, 1024
+#
+# Needs root (FUSE) and a built msfs (release if there is one). Runs in a temp dir, removed at
+# the end; stops only the processes it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-3}
+SECONDS_EACH=${2:-10}
+SIZE_MIB=${3:-1024}
+MSFS=$PWD/target/release/msfs
+[ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
+WORK=$(mktemp -d /tmp/msfs-writeback-iops.XXXXXX)
+M=$WORK/mnt
+DAEMON=""
+
+cleanup() {
+    if grep -qs " $M " /proc/self/mounts; then umount "$M" || umount -l "$M"; fi
+    if [ -n "$DAEMON" ]; then wait "$DAEMON" 2>/dev/null || true; fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+mkdir -p "$WORK/store" "$WORK/cache" "$M"
+head -c "$((SIZE_MIB << 20))" /dev/urandom > "$WORK/store/object"
+
+config() {
+    cat > "$WORK/config-$1.yaml" <<YAML
+msfs_version: 1
+fuse_writeback_cache: $1
+cache_dir_path: $WORK/cache
+backends:
+  - dir_name: data
+    bucket_container_name: $WORK/store
+    backend_type: file
+    readonly: false
+    flush_on_close: true
+YAML
+}
+config true
+config false
+
+# One run: prints "IOPS CLOSE_SECONDS".
+one() {
+    local writeback=$1 threads=$2
+    "$MSFS" mount "$WORK/config-$writeback.yaml" "$M" --state-dir "$WORK/state" > "$WORK/daemon.log" 2>&1 &
+    DAEMON=$!
+    until grep -qs ": mounted" "$WORK/daemon.log"; do
+        kill -0 "$DAEMON" 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
+        sleep 0.005
+    done
+    python3 - "$M/data/object" "$threads" "$SECONDS_EACH" <<'PY'
+import os, random, sys, threading, time
+path, threads, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+fd = os.open(path, os.O_WRONLY)
+slots = os.fstat(fd).st_size // 4096
+block = os.urandom(4096)
+counts = [0] * threads
+def writer(i):
+    rnd, deadline, n = random.Random(i), time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        os.pwrite(fd, block, rnd.randrange(slots) * 4096)
+        n += 1
+    counts[i] = n
+start = time.monotonic()
+workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+for w in workers: w.start()
+for w in workers: w.join()
+written = time.monotonic()
+os.close(fd)  # sends the kernel's dirty pages, then commits (the file backend: locally)
+closed = time.monotonic()
+print(f"{sum(counts) / (written - start):.0f} {closed - written:.2f}")
+PY
+    umount "$M"
+    wait "$DAEMON" || true
+    DAEMON=""
+}
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+echo "msfs: $MSFS; 4 KiB random pwrite()s into a $SIZE_MIB MiB object, $SECONDS_EACH s, $RUNS runs each"
+for threads in 1 4 8; do
+    on=() off=() on_close=() off_close=()
+    for _ in $(seq "$RUNS"); do
+        one true "$threads" > "$WORK/run"; read -r iops close < "$WORK/run"
+        on+=("$iops"); on_close+=("$close")
+        one false "$threads" > "$WORK/run"; read -r iops close < "$WORK/run"
+        off+=("$iops"); off_close+=("$close")
+    done
+    echo "t$threads writeback:    IOPS ${on[*]} (median $(printf '%s\n' "${on[@]}" | median)); close s ${on_close[*]}"
+    echo "t$threads no writeback: IOPS ${off[*]} (median $(printf '%s\n' "${off[@]}" | median)); close s ${off_close[*]}"
+done

@@ -604,16 +604,16 @@ impl Fs {
             // What was written must be in the store before it can be copied server-side.
             writes.commit(&file).await?;
         }
-        let source = store
+        let head = store
             .head(&key)
             .await
             .map_err(|e| Self::store_error(backend, e))?
             .ok_or(FsError::NotFound)?;
-        let size = source.size;
+        // The version the copy may take its parts from: one replaced midway fails the rename.
         let source = ObjectVersion {
             key: key.clone(),
-            etag: source.etag,
-            size,
+            etag: head.etag,
+            size: head.size,
         };
         // Whatever was being written at the destination is replaced: dropped, and any commit
         // of it finished, before the copy, so that it cannot land on top of the copy.
@@ -623,7 +623,7 @@ impl Fs {
             .await
             .map_err(|e| Self::store_error(backend, e))?;
         let moved = EntryKind::File {
-            size,
+            size: source.size,
             etag: copied.etag,
             mtime: SystemTime::now(),
         };

@@ -135,14 +135,7 @@ impl S3Store {
         let out = request
             .send()
             .await
-            .map_err(|e| match self.classify("get", key, e) {
-                StoreError::Service { status: 412, .. } => StoreError::Changed {
-                    op: "get",
-                    key: key.to_string(),
-                    expected: etag.unwrap_or_default().to_string(),
-                },
-                other => other,
-            })?;
+            .map_err(|e| precondition_failed(self.classify("get", key, e), "get", key, etag))?;
         if let (Some(want), Some(got)) = (etag, out.e_tag())
             && want != got
         {
@@ -214,6 +207,24 @@ fn to_system_time(t: Option<&DateTime>) -> SystemTime {
 
 fn to_size(size: Option<i64>) -> u64 {
     size.and_then(|s| u64::try_from(s).ok()).unwrap_or(0)
+}
+
+/// A 412 to a request made conditional on `expected` (`If-Match`, `x-amz-copy-source-if-match`):
+/// `key` no longer has that ETag.
+fn precondition_failed(
+    error: StoreError,
+    op: &'static str,
+    key: &str,
+    expected: Option<&str>,
+) -> StoreError {
+    match (error, expected) {
+        (StoreError::Service { status: 412, .. }, Some(expected)) => StoreError::Changed {
+            op,
+            key: key.to_string(),
+            expected: expected.to_string(),
+        },
+        (other, _) => other,
+    }
 }
 
 /// Percent-encodes a key for `x-amz-copy-source`, keeping `/` and RFC 3986 unreserved bytes.
@@ -528,14 +539,7 @@ impl ObjectStore for S3Store {
                     .map_err(|e| self.classify("upload_part_copy", key, e))
             })
             .await
-            .map_err(|e| match (e, source.if_match) {
-                (StoreError::Service { status: 412, .. }, Some(expected)) => StoreError::Changed {
-                    op: "upload_part_copy",
-                    key: source.key.to_string(),
-                    expected: expected.to_string(),
-                },
-                (other, _) => other,
-            })?;
+            .map_err(|e| precondition_failed(e, "upload_part_copy", source.key, source.if_match))?;
         Ok(CompletedPart {
             part_number,
             etag: out

@@ -222,14 +222,21 @@ fn conflict_if_base_replaced(
     snapshot: &Snapshot,
     target: &Target,
 ) -> WriteError {
-    match (&error, &snapshot.base) {
-        (WriteError::Store { source, .. }, Some(base)) if matches!(source.root(), StoreError::Changed { expected, .. } if *expected == base.etag) => {
-            WriteError::Conflict {
-                key: target.key.clone(),
-                base: base.etag.clone(),
-            }
+    let Some(base) = &snapshot.base else {
+        return error;
+    };
+    let base_changed = match &error {
+        WriteError::Store { source, .. } => {
+            matches!(source.root(), StoreError::Changed { expected, .. } if *expected == base.etag)
         }
-        _ => error,
+        _ => false,
+    };
+    if !base_changed {
+        return error;
+    }
+    WriteError::Conflict {
+        key: target.key.clone(),
+        base: base.etag.clone(),
     }
 }
 

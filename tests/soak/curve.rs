@@ -84,9 +84,14 @@ pub fn growth(samples: &[Sample], end: &Sample, run: Duration) -> Vec<String> {
     }
     let files: fn(&Sample) -> u64 = |s| s.fds - s.sockets;
     let threads: fn(&Sample) -> u64 = |s| s.threads;
-    for (what, f, slack) in [
-        ("descriptors other than sockets", files, FILE_SLACK),
-        ("threads", threads, THREAD_SLACK),
+    // `end` is sampled right after the writers' last files were committed, all at once: their
+    // parts are read from the spill files on the blocking pool, whose workers then idle for 10 s
+    // before exiting (CI saw 27 threads there against a warm-up peak of 13, and 7 once settled).
+    // So threads are judged under load and, for leaks, by [`settle`]; descriptors at `end` too,
+    // since a spill file or handle still open after its commit is a leak at any instant.
+    for (what, f, slack, at_end) in [
+        ("descriptors other than sockets", files, FILE_SLACK, true),
+        ("threads", threads, THREAD_SLACK, false),
     ] {
         let (warm, middle, last) = (peak(&warm_up, f), peak(&middle, f), peak(&last, f));
         if last > middle + slack {
@@ -94,7 +99,7 @@ pub fn growth(samples: &[Sample], end: &Sample, run: Duration) -> Vec<String> {
                 "{what} grew under load: last third peaked at {last}, middle third at {middle}"
             ));
         }
-        if f(end) > warm + slack {
+        if at_end && f(end) > warm + slack {
             found.push(format!(
                 "{what} grew: {} at the end, warm-up peak {warm} (+{slack} allowed)",
                 f(end)

@@ -85,7 +85,8 @@ def _family_chart(plt, results: Results, fam: str, title: str, workloads: list[d
     ax.grid(axis="y", alpha=0.3, which="both")
     meta = results.meta
     fig.text(0.01, 0.01, f"{meta.get('started', '')[:10]} · {machine_line(meta, code='')} · "
-             f"{meta.get('scale', {}).get('name', '')} scale, {meta.get('runs', '?')} run(s), median with min–max",
+             f"{meta.get('scale', {}).get('name', '')} scale, {meta.get('runs', '?')} run(s)"
+             f"{', interleaved' if meta.get('interleave') else ''}, median with min–max",
              fontsize=6.5, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path)

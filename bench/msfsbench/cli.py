@@ -39,6 +39,7 @@ class Options:
     list_only: bool
     render: Path | None
     split_cpus: bool
+    interleave: bool
 
 
 def parse(argv: list[str]) -> Options:
@@ -61,6 +62,10 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--split-cpus", action="store_true",
                    help="S3 server on CPU 0, filesystems and clients on the others (the server is the "
                    "bottleneck, as when it runs on another machine); results get a -split suffix")
+    p.add_argument("--interleave", action="store_true",
+                   help="measure the targets in turn, one sample each per run of a workload (the first "
+                   "peer rotating), not one after another: for A/B comparisons of variants, e.g. "
+                   "--peers msfs,msfs-no-holder; results get an -interleave suffix")
     p.add_argument("-v", "--verbose", action="store_true", help="print every command")
     a = p.parse_args(argv)
     shell.VERBOSE = a.verbose
@@ -76,7 +81,8 @@ def parse(argv: list[str]) -> Options:
         p.error(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
     if a.runs is not None and a.runs < 1:
         p.error("--runs must be at least 1")
-    return Options(a.quick, a.self_check, a.only, peers, a.runs, a.results_dir, a.list_only, a.render, a.split_cpus)
+    return Options(a.quick, a.self_check, a.only, peers, a.runs, a.results_dir, a.list_only, a.render, a.split_cpus,
+                   a.interleave)
 
 
 def make_plan(o: Options) -> Plan:
@@ -88,7 +94,7 @@ def make_plan(o: Options) -> Plan:
     if o.peers and not peers:
         raise SystemExit(f"bench: none of the chosen workloads runs on {', '.join(o.peers)}")
     return Plan(scale, workloads, peers, o.runs or scale.runs, "dev" if o.self_check else "release",
-                o.split_cpus)
+                o.split_cpus, o.interleave)
 
 
 def estimate_seconds(plan: Plan) -> float:
@@ -106,7 +112,8 @@ def estimate_seconds(plan: Plan) -> float:
 
 def print_plan(plan: Plan) -> None:
     log(f"scale: {plan.scale.note}")
-    log(f"peers: {', '.join(plan.peers)} + the raw S3 client; runs per cell: {plan.runs}")
+    log(f"peers: {', '.join(plan.peers)} + the raw S3 client; runs per cell: {plan.runs}"
+        + (", interleaved (the targets take turns)" if plan.interleave else ""))
     log(f"workloads ({len(plan.workloads)}): {' '.join(w.name for w in plan.workloads)}")
     log(f"expected duration: about {estimate_seconds(plan) / 60:.0f} min on 2 cores "
         "(plus first-time installs and the msfs build"
@@ -163,6 +170,7 @@ def output_base(o: Options) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if o.quick and not o.self_check else ""
     suffix += "-split" if o.split_cpus else ""
+    suffix += "-interleave" if o.interleave else ""  # an A/B run does not replace the day's tables
     if o.only and not o.self_check:  # a partial run does not replace the day's full one
         suffix += "-" + re.sub(r"[^A-Za-z0-9-]+", "", "-".join(o.only))[:40].strip("-")
     return directory / f"{dt.date.today().isoformat()}-{host()}{suffix}"

@@ -63,6 +63,10 @@ def markdown(results: Results) -> str:
     if split:
         lines += ["", f"CPUs split (`--split-cpus`): the S3 server on CPU {_cpu_list(split['server'])}; "
                   f"the filesystems, workloads and raw client on CPU {_cpu_list(split['others'])}."]
+    if meta.get("interleave"):
+        lines += ["", "Runs interleaved (`--interleave`): for every run of a workload each target took one "
+                  "turn (raw first, then the peers, the first of them rotating), not one target after "
+                  "another — an A/B comparison of variants, not the mode of the cross-peer tables."]
     if shared:
         lines += ["", *_peer_table(results, shared)]
     if limited:

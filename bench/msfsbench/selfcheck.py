@@ -9,7 +9,8 @@ from pathlib import Path
 from .results import unsupported_reason
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-REQUIRED_META = ["command", "started", "finished", "scale", "runs", "machine", "versions", "peer_settings", "families"]
+REQUIRED_META = ["command", "started", "finished", "scale", "runs", "interleave", "machine", "versions", "peer_settings",
+                 "families"]
 REQUIRED_MACHINE = ["host", "cpu", "cores", "memory_gib", "kernel"]
 REQUIRED_VERSIONS = ["msfs", "garage", "fio", "mount-s3", "s3fs", "rclone", "git"]
 
@@ -55,6 +56,8 @@ def problems(json_path: Path, md_path: Path, pngs: list[Path], workloads: list[s
         limited = [w for w in workloads if described.get(w, {}).get("peers")]
         if any(described[w].get("reference") for w in limited) and "/reference |" not in table:
             found.append("table has no reference column for the workloads that have one")
+        if doc.get("interleave") and "interleaved" not in table:  # `--self-check --interleave`
+            found.append("table does not say the runs were interleaved")
     families = set(doc.get("families", {}))
     expected_pngs = {f for f in families if any(w["family"] == f and w["name"] in workloads for w in doc.get("workloads", []))}
     for fam in expected_pngs:

@@ -25,7 +25,7 @@ from .filesystems import PEERS, Filesystem
 from .fusectl import FuseControl
 from .rawclient import RawClient
 from .results import RAW, Results, describe_workload
-from .runner import MountTarget, RawTarget, Target, run_target
+from .runner import MountTarget, RawTarget, Target, fail_target, run_interleaved, run_target
 from .scale import Scale
 from .server import S3Server
 from .shell import log, version_of
@@ -42,6 +42,7 @@ class Plan:
     runs: int
     build_profile: str  # "release" to measure; "dev" for the self-check
     split_cpus: bool = False  # the server on a CPU of its own (cpus.py)
+    interleave: bool = False  # the targets take turns, one sample each (runner.run_interleaved)
 
 
 def needs_seeding(plan: Plan) -> bool:
@@ -82,6 +83,7 @@ class Session:
             "duration_seconds": round(time.monotonic() - t0, 1),
             "scale": self.plan.scale.describe(),
             "runs": self.plan.runs,
+            "interleave": self.plan.interleave,
             "build_profile": binaries.profile,
             "machine": facts.machine(),
             "load_average": {"start": load_at_start, "end": facts.load_average()},
@@ -141,17 +143,14 @@ class Session:
         results = Results({}, [describe_workload(w) for w in plan.workloads], [*plan.peers, RAW])
         targets: list[Target] = [RawTarget(raw, data, plan.scale, self.work)]
         targets += [MountTarget(fs, raw, data, plan.scale, self.work) for fs in filesystems]
+        if plan.interleave:  # for A/B comparisons of variants: the targets take turns
+            run_interleaved(targets, plan.workloads, plan.runs, results)
+            return results
         for target in targets:
             try:
                 run_target(target, plan.workloads, plan.runs, results)
             except Exception as e:  # e.g. a peer that does not mount: its cells say so, others run
-                log(f"{target.name} failed: {e}")
-                for w in plan.workloads:
-                    if not w.runs_on(target.name):
-                        continue
-                    cell = results.cell(w.name, target.name)
-                    if not cell.samples and not cell.error:
-                        cell.error = f"{type(e).__name__}: {e}"
+                fail_target(target, plan.workloads, results, e)
         return results
 
 

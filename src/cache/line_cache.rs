@@ -12,8 +12,10 @@
 //!
 //! The bookkeeping lives in [`super::table`], the bytes in one of the [`super::storage`] modes.
 
+use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
@@ -43,6 +45,10 @@ const PREFETCH_STREAMS: u64 = 8;
 /// GETs stream at once (measured on a cold 1 GiB read: see `run_lines`).
 const READ_AHEAD_RUN_BYTES: u64 = 8 << 20;
 
+/// Lines that objects lent whole to the kernel ([`LineCache::pin_object_file`]) may hold
+/// pinned, as a share of all lines: the rest stays free to turn over for every other reader.
+const OBJECT_FILE_SHARE_DIVISOR: usize = 2;
+
 /// The node-wide line cache. Build one per process with [`LineCache::new`] and share the `Arc`.
 pub struct LineCache {
     shared: Arc<Shared>,
@@ -65,6 +71,8 @@ pub(super) struct Shared {
     pub(super) counters: Counters,
     prefetch_budget: Arc<Semaphore>,
     pub(super) storage: Arc<dyn LineStorage>,
+    /// Lines pinned by [`PinnedObjectFile`]s; changed under the table lock.
+    object_file_lines: AtomicUsize,
 }
 
 impl Shared {
@@ -132,6 +140,7 @@ impl LineCache {
                 counters: Counters::default(),
                 prefetch_budget: Arc::new(Semaphore::new(budget as usize)),
                 storage,
+                object_file_lines: AtomicUsize::new(0),
             }),
             dir,
         }))
@@ -482,6 +491,58 @@ impl LineCache {
         exact_length(&object.key, bytes, part.end - part.start)
     }
 
+    /// Lends `object` whole, as a file holding it byte for byte, to a reader outside this
+    /// process — the kernel, by FUSE passthrough — if every line of it is cached and clean and
+    /// the storage keeps one file per object (`per-inode-file`). Its lines stay pinned until the
+    /// returned value is dropped, so they are neither evicted nor punched out of the file
+    /// while the kernel may read them; at most half the cache's lines are lent this way.
+    /// `cache_scope` is the store's [`ObjectStore::cache_scope`], as for reads.
+    pub fn pin_object_file(
+        &self,
+        cache_scope: &str,
+        object: &ObjectVersion,
+    ) -> Option<PinnedObjectFile> {
+        if object.etag.is_empty() || object.size == 0 {
+            return None;
+        }
+        let lines = usize::try_from(object.size.div_ceil(self.shared.line_size)).ok()?;
+        let placements = {
+            let mut table = self.shared.table();
+            let lent = self.shared.object_file_lines.load(Ordering::Relaxed);
+            if lent.saturating_add(lines) > self.shared.lines / OBJECT_FILE_SHARE_DIVISOR {
+                return None;
+            }
+            let placements =
+                table.pin_all_ready(cache_scope, &object.key, &object.etag, lines as u64)?;
+            self.shared
+                .object_file_lines
+                .store(lent + lines, Ordering::Relaxed);
+            placements
+        };
+        let object_id = placements.first().map(|p| p.object)?;
+        let mut pinned = PinnedObjectFile {
+            file: None,
+            pins: placements
+                .iter()
+                .map(|placement| PinGuard {
+                    shared: Arc::clone(&self.shared),
+                    slot: placement.slot as SlotId,
+                })
+                .collect(),
+            shared: Arc::clone(&self.shared),
+        };
+        match self.shared.storage.object_file(object_id)? {
+            Ok(file) => {
+                pinned.file = Some(file);
+                Some(pinned)
+            }
+            Err(e) => {
+                tracing::debug!(key = %object.key, error = %e, "cannot open a cached object's file");
+                None
+            }
+        }
+    }
+
     /// Holds a clean line pinned, as a reader copying out of it would.
     #[cfg(test)]
     pub(super) fn pin_line(
@@ -569,6 +630,42 @@ enum Segment {
     },
     /// Straight from the store: no slot could be had.
     Direct(Range<u64>),
+}
+
+/// An object version lent whole to a reader outside this process (see
+/// [`LineCache::pin_object_file`]): its file, and a pin on every one of its lines.
+pub struct PinnedObjectFile {
+    /// `None` only while it is being built.
+    file: Option<File>,
+    pins: Vec<PinGuard>,
+    shared: Arc<Shared>,
+}
+
+impl PinnedObjectFile {
+    /// The file holding the object byte for byte, opened read-only.
+    pub fn file(&self) -> &File {
+        self.file
+            .as_ref()
+            .expect("a lent object file is built with its file")
+    }
+}
+
+impl Drop for PinnedObjectFile {
+    fn drop(&mut self) {
+        // The lines' own pins drop after this, each unpinning its slot.
+        let _table = self.shared.table();
+        self.shared
+            .object_file_lines
+            .fetch_sub(self.pins.len(), Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for PinnedObjectFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedObjectFile")
+            .field("lines", &self.pins.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One reader's pin on a slot; dropping it unpins (and frees the slot if it was detached).

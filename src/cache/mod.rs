@@ -8,6 +8,8 @@
 mod error;
 mod fetch;
 mod line_cache;
+#[cfg(test)]
+mod object_file_tests;
 mod stats;
 mod storage;
 mod table;
@@ -16,7 +18,7 @@ mod tests;
 
 pub use crate::telemetry::CacheStats;
 pub use error::CacheError;
-pub use line_cache::LineCache;
+pub use line_cache::{LineCache, PinnedObjectFile};
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -55,6 +55,14 @@ pub(super) trait LineStorage: Send + Sync + 'static {
     /// reader hand out a pinned line's bytes without copying them; the address stays valid
     /// while the storage lives, and the bytes stay those of the line while its slot is pinned.
     fn address(&self, at: &Placement, offset: usize, len: usize) -> Option<io::Result<*const u8>>;
+
+    /// A new read-only descriptor of the file that holds cached object `object` byte for byte
+    /// (line `i` at `i * line_size`), for storage that keeps one (`per-inode-file`): the
+    /// kernel can then read the object from it itself (FUSE passthrough). `None` for storage
+    /// whose lines lie elsewhere.
+    fn object_file(&self, _object: u64) -> Option<io::Result<File>> {
+        None
+    }
 }
 
 /// Opens the storage for `mode` in the private directory `dir`.
@@ -347,6 +355,14 @@ impl LineStorage for PerInodeFiles {
 
     fn address(&self, _: &Placement, _: usize, _: usize) -> Option<io::Result<*const u8>> {
         None
+    }
+
+    fn object_file(&self, object: u64) -> Option<io::Result<File>> {
+        // Opened under the lock, so the file cannot be removed (its last line released) between
+        // the check and the open.
+        let files = self.files();
+        files.get(&object)?;
+        Some(File::open(self.path(object)))
     }
 }
 

@@ -179,6 +179,37 @@ impl Table {
         Some(pinned)
     }
 
+    /// Pins lines `0..lines` of one object version, all of them or none: only if every one is
+    /// clean (a reader outside this process will read them without asking, so none may still
+    /// be arriving). Each placement comes back pinned, to be dropped with [`Table::unpin`].
+    pub fn pin_all_ready(
+        &mut self,
+        store: &str,
+        key: &str,
+        etag: &str,
+        lines: u64,
+    ) -> Option<Vec<Placement>> {
+        let object = self.catalog.get(store)?.get(key)?.get(etag)?;
+        let ids = (0..lines)
+            .map(|line| object.lines.get(&line).copied())
+            .collect::<Option<Vec<SlotId>>>()?;
+        if !ids
+            .iter()
+            .all(|&id| matches!(self.slots[id as usize].phase, Phase::Ready))
+        {
+            return None;
+        }
+        Some(
+            ids.into_iter()
+                .map(|id| {
+                    self.lru_remove(id);
+                    self.slots[id as usize].pins += 1;
+                    self.placement(id)
+                })
+                .collect(),
+        )
+    }
+
     /// Drops one pin; returns the placement to release when that freed the slot.
     pub fn unpin(&mut self, id: SlotId) -> Option<Placement> {
         let slot = &mut self.slots[id as usize];

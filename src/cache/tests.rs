@@ -13,24 +13,24 @@ use bytes::Bytes;
 use crate::store::testing::TestStore;
 use crate::store::{ObjectStore, StoreError};
 
-const LINE: u64 = 4096;
+pub(super) const LINE: u64 = 4096;
 
 /// The byte at `offset` of the object written with `seed`: never periodic in the line size.
 fn pattern(seed: u8, offset: u64) -> u8 {
     (offset % 251) as u8 ^ seed
 }
 
-fn patterned(seed: u8, len: u64) -> Vec<u8> {
+pub(super) fn patterned(seed: u8, len: u64) -> Vec<u8> {
     (0..len).map(|o| pattern(seed, o)).collect()
 }
 
 /// A cache of `lines` lines of [`LINE`] bytes over a test store of patterned objects.
-struct Fixture {
+pub(super) struct Fixture {
     data: tempfile::TempDir,
     _cache_parent: tempfile::TempDir,
     test_store: Arc<TestStore>,
-    store: Arc<dyn ObjectStore>,
-    cache: Arc<LineCache>,
+    pub(super) store: Arc<dyn ObjectStore>,
+    pub(super) cache: Arc<LineCache>,
 }
 
 fn config(storage: CacheStorage, lines: u64, prefetch: u64, dir: &std::path::Path) -> CacheConfig {
@@ -45,7 +45,7 @@ fn config(storage: CacheStorage, lines: u64, prefetch: u64, dir: &std::path::Pat
 }
 
 impl Fixture {
-    fn new(storage: CacheStorage, lines: u64, prefetch: u64) -> Fixture {
+    pub(super) fn new(storage: CacheStorage, lines: u64, prefetch: u64) -> Fixture {
         let data = tempfile::tempdir().expect("data dir");
         let cache_parent = tempfile::tempdir().expect("cache parent");
         let test_store = TestStore::new(data.path(), "test-store");
@@ -61,7 +61,7 @@ impl Fixture {
     }
 
     /// Writes object `key` of `len` patterned bytes and returns its version.
-    async fn object(&self, key: &str, len: u64, seed: u8) -> ObjectVersion {
+    pub(super) async fn object(&self, key: &str, len: u64, seed: u8) -> ObjectVersion {
         std::fs::write(self.data.path().join(key), patterned(seed, len)).expect("write object");
         self.version(key).await
     }
@@ -92,7 +92,7 @@ impl Fixture {
     }
 
     /// Reads `range` and checks it against the pattern of `seed`.
-    async fn check(&self, object: &ObjectVersion, range: Range<u64>, seed: u8) {
+    pub(super) async fn check(&self, object: &ObjectVersion, range: Range<u64>, seed: u8) {
         let got = self.read(object, range.clone()).await.expect("read");
         let end = range.end.min(object.size);
         let want: Vec<u8> = (range.start..end.max(range.start))

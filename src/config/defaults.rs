@@ -10,6 +10,9 @@ pub(super) const MAX_WRITE: u32 = 131_072;
 /// The kernel's writeback cache is off unless asked for (ours): with it, the kernel owns the
 /// size and mtime of a cached file, so other writers' changes to it go unseen.
 pub(super) const FUSE_WRITEBACK_CACHE: bool = false;
+/// FUSE passthrough is off unless asked for (ours): it needs `per-inode-file` cache storage and
+/// `CAP_SYS_ADMIN`, and a file read that way is read at the local disk's speed, not msfs's.
+pub(super) const FUSE_PASSTHROUGH: bool = false;
 pub(super) const ENTRY_ATTR_TTL_MS: u64 = 10_000;
 pub(super) const EVICTABLE_INODE_TTL_MS: u64 = 1_000_000;
 pub(super) const VIRTUAL_DIR_TTL_MS: u64 = 1_000_000;

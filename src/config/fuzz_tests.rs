@@ -43,6 +43,7 @@ const TOP_KEYS: &[&str] = &[
     "allow_other",
     "max_write",
     "fuse_writeback_cache",
+    "fuse_passthrough",
     "entry_attr_ttl",
     "evictable_inode_ttl",
     "virtual_dir_ttl",

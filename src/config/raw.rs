@@ -28,6 +28,7 @@ pub(super) struct V1 {
     pub allow_other: Option<Flag>,
     pub max_write: Option<Whole<u32>>,
     pub fuse_writeback_cache: Option<Flag>,
+    pub fuse_passthrough: Option<Flag>,
     pub entry_attr_ttl: Option<Whole<u64>>,
     pub evictable_inode_ttl: Option<Whole<u64>>,
     pub virtual_dir_ttl: Option<Whole<u64>>,

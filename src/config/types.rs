@@ -32,6 +32,9 @@ pub struct Config {
     /// Ask the kernel for its writeback cache (`FUSE_WRITEBACK_CACHE`): `write()` lands in the
     /// page cache and reaches msfs merged, up to `max_write` per request (ours).
     pub fuse_writeback_cache: bool,
+    /// Answer read-only opens of objects wholly in the line cache with their cache file, which
+    /// the kernel then reads itself (FUSE passthrough; needs `per-inode-file` storage) (ours).
+    pub fuse_passthrough: bool,
     /// How long the kernel may cache entries and attributes.
     pub entry_attr_ttl: Duration,
     /// Minimum life of an inode learned from a listing (at least `entry_attr_ttl`).

@@ -64,6 +64,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         allow_other: d::ALLOW_OTHER,
         max_write: d::MAX_WRITE,
         fuse_writeback_cache: d::FUSE_WRITEBACK_CACHE,
+        fuse_passthrough: d::FUSE_PASSTHROUGH,
         entry_attr_ttl: Duration::from_millis(d::ENTRY_ATTR_TTL_MS),
         evictable_inode_ttl: Duration::from_millis(d::EVICTABLE_INODE_TTL_MS),
         virtual_dir_ttl: Duration::from_millis(d::VIRTUAL_DIR_TTL_MS),
@@ -127,8 +128,23 @@ pub(super) fn parse_v1(
         return Err(s.invalid("max_write", "must be at least 4096 (one page)"));
     }
     c.fuse_writeback_cache = raw.fuse_writeback_cache.value_or(d::FUSE_WRITEBACK_CACHE);
+    c.fuse_passthrough = raw.fuse_passthrough.value_or(d::FUSE_PASSTHROUGH);
     parse_ttls(s, &raw, &mut c)?;
     c.cache = parse_cache(s, &mut raw, warnings)?;
+    if c.fuse_passthrough && c.fuse_writeback_cache {
+        return Err(s.invalid(
+            "fuse_passthrough",
+            "cannot be on with fuse_writeback_cache: the kernel offers passthrough only \
+             without its writeback cache",
+        ));
+    }
+    if c.fuse_passthrough && c.cache.storage != CacheStorage::PerInodeFile {
+        return Err(s.invalid(
+            "fuse_passthrough",
+            "needs cache_storage: per-inode-file (the kernel reads an object from a file that \
+             holds it byte for byte)",
+        ));
+    }
     c.multipart_upload_threshold_bytes = raw
         .multipart_upload_threshold_bytes
         .value_or(d::MULTIPART_UPLOAD_THRESHOLD_BYTES);

@@ -194,6 +194,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
             staging_dir,
             fuse_workers: options.config.fuse_workers,
             fuse_writeback_cache: options.config.fuse_writeback_cache,
+            fuse_passthrough: options.config.fuse_passthrough,
             max_volumes: options.max_volumes,
             fuse_stall_warn: options.config.fuse_request_stall_warn,
             fd_holder: options.fd_holder_socket.clone(),

@@ -52,6 +52,8 @@ pub struct NodeSettings {
     pub fuse_workers: usize,
     /// The node config's `fuse_writeback_cache`, for every volume's connection.
     pub fuse_writeback_cache: bool,
+    /// The node config's `fuse_passthrough`, for every volume's connection.
+    pub fuse_passthrough: bool,
     /// At most this many published targets (0: no limit).
     pub max_volumes: usize,
     /// FUSE requests unanswered this long are logged and counted (`None`: no watchdog).
@@ -382,6 +384,7 @@ impl Volumes {
             read_only: configs.iter().all(|c| c.readonly),
             max_write: MAX_WRITE,
             writeback_cache: self.settings.fuse_writeback_cache,
+            passthrough: self.settings.fuse_passthrough,
             stall_warn: self.settings.fuse_stall_warn,
         };
         let runtime = self.runtime.clone();

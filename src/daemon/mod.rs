@@ -271,6 +271,7 @@ fn session_options(config: &Config) -> SessionOptions {
         read_only: false,
         max_write: config.max_write,
         writeback_cache: config.fuse_writeback_cache,
+        passthrough: config.fuse_passthrough,
         stall_warn: config.fuse_request_stall_warn,
     }
 }

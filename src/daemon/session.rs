@@ -33,6 +33,8 @@ pub struct SessionOptions {
     pub max_write: u32,
     /// Ask for the kernel's writeback cache in INIT (`fuse_writeback_cache`).
     pub writeback_cache: bool,
+    /// Ask for FUSE passthrough in INIT (`fuse_passthrough`).
+    pub passthrough: bool,
     /// Requests unanswered this long are logged and counted (`fuse_request_stall_warn_secs`;
     /// `None`: no watchdog).
     pub stall_warn: Option<Duration>,
@@ -104,6 +106,7 @@ impl MountedSession {
     ) -> io::Result<MountedSession> {
         let adapter = FuseAdapter::new(fs, runtime, options.max_write)
             .writeback_cache(options.writeback_cache)
+            .passthrough(options.passthrough)
             .watch_stalls(options.stall_warn, &options.name);
         let kernel = adapter.kernel_init();
         let unanswered = adapter.unanswered();

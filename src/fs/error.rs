@@ -49,6 +49,14 @@ pub enum FsError {
     Busy(&'static str),
     #[error("not opened for writing")]
     NotWritable,
+    /// An open the kernel could not serve beside the inode's passthrough handles (a writer, or
+    /// a newer version): the inode's name now leads to a new inode, and the kernel, told the
+    /// old one is stale, looks the name up again and opens that (see `passthrough`).
+    #[error(
+        "inode {0} is read by the kernel from a cache file that this open cannot share; its name \
+         now leads to a new inode"
+    )]
+    Superseded(u64),
 }
 
 impl FsError {
@@ -91,6 +99,7 @@ impl FsError {
             FsError::CrossDevice(_) => libc::EXDEV,
             FsError::Busy(_) => libc::EBUSY,
             FsError::NotWritable => libc::EBADF,
+            FsError::Superseded(_) => libc::ESTALE,
         }
     }
 

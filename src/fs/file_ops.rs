@@ -9,17 +9,20 @@ use bytes::Bytes;
 
 use super::inode::Node;
 use super::kernel_state::Record;
+use super::passthrough::{HandleIo, OpenKind};
 use super::{
-    Backend, FileHandle, Fs, FsError, OpenMode, Result, SequentialDetector, lock, pending_kind,
+    Backend, FileHandle, Fs, FsError, OpenIo, OpenMode, Opened, Result, SequentialDetector, lock,
+    pending_kind,
 };
 use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
 use crate::write::{DirtyFile, Target};
 
 impl Fs {
-    /// Opens a file. Returns the handle and whether the kernel may keep the pages it cached at
-    /// an earlier open (same object version, and nobody writing it).
-    pub async fn open(&self, ino: u64, mode: OpenMode) -> Result<(u64, bool)> {
+    /// Opens a file. Returns the handle and how the kernel is to read it: passthrough, direct,
+    /// or through its page cache, keeping the pages it cached at an earlier open when they are
+    /// of the same object version and nobody is writing it (see `passthrough`).
+    pub async fn open(&self, ino: u64, mode: OpenMode) -> Result<Opened> {
         let node = self.refreshed(ino).await?;
         let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
             return Err(FsError::IsADirectory);
@@ -37,6 +40,10 @@ impl Fs {
             size: meta.size,
         };
         let writes = &self.engines.writes;
+        // Before the open changes anything (O_TRUNC): a writer cannot join a lent inode.
+        if mode.write && self.io_modes.lent(ino) {
+            return Err(self.supersede(ino));
+        }
         let dirty = if mode.write {
             let target = settings.target(&backend.dir_name, &node.path);
             let file = self.open_for_write(backend, target).await?;
@@ -58,6 +65,27 @@ impl Fs {
             node.cached_etag = dirty.is_none().then(|| meta.etag.clone());
             same
         };
+        let how = match (mode.write || dirty.is_some(), mode.direct) {
+            (true, _) => OpenKind::Write,
+            (false, true) => OpenKind::Direct,
+            (false, false) => OpenKind::Lendable,
+        };
+        let io = self.io_modes.open(ino, &version.etag, how, || {
+            let cache = self.engines.cache.as_ref()?;
+            cache.pin_object_file(settings.store.cache_scope(), &version)
+        });
+        let Some(io) = io else {
+            if let Some(file) = &dirty
+                && mode.write
+            {
+                writes.release(file);
+            }
+            return Err(self.supersede(ino));
+        };
+        let opened = match &io {
+            HandleIo::Passthrough(backing) => OpenIo::Passthrough(Arc::clone(backing)),
+            HandleIo::PageCache | HandleIo::Inherited => OpenIo::PageCache { keep_cache },
+        };
         let handle = FileHandle {
             ino,
             store: settings.store.clone(),
@@ -68,8 +96,12 @@ impl Fs {
             writable: mode.write,
             flush_on_close: settings.flush_on_close,
             wrote: AtomicBool::new(false),
+            io,
         };
-        Ok((self.add_handle(handle), keep_cache))
+        Ok(Opened {
+            fh: self.add_handle(handle),
+            io: opened,
+        })
     }
 
     /// A write handle on `target`: the file already being written there, or a new one over the
@@ -109,6 +141,19 @@ impl Fs {
         lock(&self.listings).remove(&node.parent);
         let name = node.path.rsplit('/').next().unwrap_or(&node.path);
         self.forget_kept(node.parent, name);
+    }
+
+    /// Gives the name of `ino` a new inode at its next lookup, because `ino` is read from a
+    /// lent cache file that an open could not join (see `passthrough`); returns the error
+    /// that tells the kernel to look the name up again.
+    pub(super) fn supersede(&self, ino: u64) -> FsError {
+        let mut inodes = lock(&self.inodes);
+        if let Some(node) = inodes.get(ino).cloned()
+            && inodes.child(node.parent, &node.name) == Some(ino)
+        {
+            inodes.remove_name(node.parent, &node.name);
+        }
+        FsError::Superseded(ino)
     }
 
     pub(super) fn add_handle(&self, handle: FileHandle) -> u64 {
@@ -161,6 +206,7 @@ impl Fs {
             return;
         };
         self.journal(|| Record::Closed { fh });
+        self.io_modes.close(handle.ino, &handle.io);
         if let (true, Some(file)) = (handle.writable, &handle.dirty) {
             self.engines.writes.commit_in_background(file);
             self.engines.writes.release(file);

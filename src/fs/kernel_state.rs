@@ -22,7 +22,17 @@
 //! complete base and every log from its generation on, so a crash at any step loses nothing;
 //! records are idempotent, so a change that is both in the snapshot and in the new log is
 //! simply applied twice.
+//!
+//! A readdirplus reply makes an inode of every entry it carries, and a `write(2)` per entry
+//! was most of the journal's cost on `ls -l` (bench/journal-cost.sh). So a thread may *batch*
+//! ([`KernelState::batch`]): its records wait in the journal's pending buffer and are written
+//! together when the batch ends, still before the reply that tells the kernel of them is sent.
+//! Every record — batched or not, of any thread — goes through that one buffer in the order
+//! the changes were made, and a record appended outside a batch writes the buffer out with
+//! everything queued before it, so the log's order is the order of the changes and no thread
+//! answers the kernel before its own record is written.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
@@ -89,6 +99,9 @@ pub struct FileRecord {
     pub etag: String,
     pub size: u64,
     pub writable: bool,
+    /// How the kernel reads it: a passthrough handle's reads never reach a server.
+    #[serde(default)]
+    pub io: super::passthrough::IoRecord,
 }
 
 /// The kernel's state as the journal last recorded it.
@@ -202,6 +215,44 @@ pub struct KernelState {
 struct Log {
     generation: u64,
     file: File,
+    /// Encoded records not written yet: those of batches still running, in order.
+    pending: Vec<u8>,
+}
+
+impl Log {
+    /// Writes out every pending record. A failure is logged, not returned: the mount keeps
+    /// serving, only its survival of a restart is at stake.
+    fn write_pending(&mut self, dir: &Path) {
+        if self.pending.is_empty() {
+            return;
+        }
+        if let Err(e) = (&self.file).write_all(&self.pending) {
+            tracing::warn!(dir = %dir.display(), error = %e,
+                "cannot journal the kernel's state; a restart of this process will not find it");
+        }
+        self.pending.clear();
+    }
+}
+
+thread_local! {
+    /// The journal this thread is batching records for (its address), if any.
+    static BATCHING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Ends a batch when dropped, even by a panic: the thread batches no more, and what it queued
+/// is written.
+struct BatchEnd<'a> {
+    state: &'a KernelState,
+    outer: usize,
+}
+
+impl Drop for BatchEnd<'_> {
+    fn drop(&mut self) {
+        BATCHING.with(|batching| batching.set(self.outer));
+        if self.outer != self.state.address() {
+            self.state.lock_log().write_pending(&self.state.dir);
+        }
+    }
 }
 
 impl KernelState {
@@ -246,7 +297,11 @@ impl KernelState {
         let file = open_log(dir, generation)?;
         Ok(KernelState {
             dir: dir.to_path_buf(),
-            log: Mutex::new(Log { generation, file }),
+            log: Mutex::new(Log {
+                generation,
+                file,
+                pending: Vec::new(),
+            }),
             appended: AtomicU64::new(0),
             live: AtomicU64::new(0),
         })
@@ -256,23 +311,40 @@ impl KernelState {
         &self.dir
     }
 
-    /// Records a change before the kernel hears of it. A failure is logged, not returned: the
-    /// mount keeps serving, only its survival of a restart is at stake.
+    /// Records a change before the kernel hears of it: written at once, or, inside
+    /// [`KernelState::batch`] on this thread, when the batch ends. A failure is logged, not
+    /// returned: the mount keeps serving, only its survival of a restart is at stake.
     pub fn append(&self, record: &Record) {
-        let mut line = match serde_json::to_vec(record) {
-            Ok(line) => line,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode a kernel-state record");
-                return;
-            }
-        };
-        line.push(b'\n');
-        let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(e) = (&log.file).write_all(&line) {
-            tracing::warn!(dir = %self.dir.display(), error = %e,
-                "cannot journal the kernel's state; a restart of this process will not find it");
+        let mut log = self.lock_log();
+        let start = log.pending.len();
+        if let Err(e) = serde_json::to_writer(&mut log.pending, record) {
+            log.pending.truncate(start);
+            tracing::error!(error = %e, "cannot encode a kernel-state record");
+            return;
         }
+        log.pending.push(b'\n');
         self.appended.fetch_add(1, Ordering::Relaxed);
+        if BATCHING.with(Cell::get) != self.address() {
+            log.write_pending(&self.dir);
+        }
+    }
+
+    /// Runs `work` with this thread's records held back and written in one `write(2)` when it
+    /// returns (or unwinds). `work` must not answer the kernel about what it records: the
+    /// caller answers once `batch` has returned. Nested batches write at the outermost's end.
+    pub fn batch<R>(&self, work: impl FnOnce() -> R) -> R {
+        let outer = BATCHING.with(|batching| batching.replace(self.address()));
+        let _end = BatchEnd { state: self, outer };
+        work()
+    }
+
+    /// Tells this journal apart in [`BATCHING`].
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    fn lock_log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether the journal holds enough more than the live state to be worth compacting.
@@ -285,8 +357,10 @@ impl KernelState {
     /// is taken go to the new generation's log, so none is lost (see the module doc).
     pub fn compact(&self, snapshot: impl FnOnce() -> Vec<Record>) -> io::Result<()> {
         let old = {
-            let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut log = self.lock_log();
             let generation = log.generation + 1;
+            // Pending records belong before the snapshot is taken: the old log gets them.
+            log.write_pending(&self.dir);
             log.file = open_log(&self.dir, generation)?;
             self.appended.store(0, Ordering::Relaxed);
             std::mem::replace(&mut log.generation, generation)
@@ -376,7 +450,80 @@ mod tests {
             etag: "e".into(),
             size: 3,
             writable: false,
+            io: Default::default(),
         })
+    }
+
+    /// The records in the journal's current log, as the next process would read them.
+    fn logged(dir: &Path) -> Vec<Record> {
+        let text = std::fs::read_to_string(dir.join("log.0")).expect("log");
+        text.lines()
+            .map(|line| serde_json::from_str(line).expect("a record"))
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_is_written_when_it_ends_in_the_order_of_the_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = std::sync::Arc::new(KernelState::create(dir.path()).expect("create"));
+        state.batch(|| {
+            state.append(&node(2, 1, "a"));
+            state.append(&node(3, 1, "b"));
+            assert_eq!(logged(dir.path()), [], "held back while the batch runs");
+            // Another thread's change, made after these, is written at once, and with it
+            // what was queued before it: the log keeps the order of the changes.
+            let other = std::sync::Arc::clone(&state);
+            std::thread::spawn(move || other.append(&Record::Forgotten { ino: 2 }))
+                .join()
+                .expect("the other thread");
+            assert_eq!(
+                logged(dir.path()),
+                [
+                    node(2, 1, "a"),
+                    node(3, 1, "b"),
+                    Record::Forgotten { ino: 2 }
+                ]
+            );
+            state.append(&node(4, 1, "c"));
+            state.batch(|| state.append(&node(5, 1, "d")));
+            assert_eq!(
+                logged(dir.path()).len(),
+                3,
+                "a nested batch ends with the outer one"
+            );
+        });
+        assert_eq!(
+            logged(dir.path()),
+            [
+                node(2, 1, "a"),
+                node(3, 1, "b"),
+                Record::Forgotten { ino: 2 },
+                node(4, 1, "c"),
+                node(5, 1, "d"),
+            ]
+        );
+        state.append(&file(7, 3));
+        assert_eq!(
+            logged(dir.path()).len(),
+            6,
+            "outside a batch, written at once"
+        );
+    }
+
+    #[test]
+    fn a_batch_cut_short_by_a_panic_is_still_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = KernelState::create(dir.path()).expect("create");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            state.batch(|| {
+                state.append(&node(2, 1, "a"));
+                panic!("a reply that could not be built");
+            })
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(logged(dir.path()), [node(2, 1, "a")]);
+        state.append(&node(3, 1, "b"));
+        assert_eq!(logged(dir.path()).len(), 2, "the thread batches no more");
     }
 
     #[test]

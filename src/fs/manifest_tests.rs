@@ -149,7 +149,7 @@ async fn browsing_a_manifest_backend_asks_the_store_nothing() {
     ));
     assert_eq!(f.namespace_calls(), 0, "no LIST or HEAD while browsing");
 
-    let (fh, _) = fs.open(attr.ino, OpenMode::default()).await.expect("open");
+    let Opened { fh, .. } = fs.open(attr.ino, OpenMode::default()).await.expect("open");
     assert_eq!(&fs.read(fh, 0, 10).await.expect("read")[..], &[3u8; 10]);
     fs.release(fh).await;
 }
@@ -205,7 +205,7 @@ async fn changes_through_a_writable_manifest_mount_survive_a_remount() {
         before,
         "the remount browses from the manifest alone"
     );
-    let (fh, _) = fs.open(new.ino, OpenMode::default()).await.expect("open");
+    let Opened { fh, .. } = fs.open(new.ino, OpenMode::default()).await.expect("open");
     assert_eq!(&fs.read(fh, 0, 64).await.expect("read")[..], b"fresh bytes");
     fs.release(fh).await;
 }

@@ -28,6 +28,7 @@ mod listing;
 mod live_pages;
 mod lookup;
 mod manifest_listing;
+mod passthrough;
 mod recent;
 mod restore;
 mod stream;
@@ -45,6 +46,7 @@ pub use error::{FsError, errno_name};
 pub use inode::ROOT_INO;
 pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};
+pub use passthrough::{Backing, OpenIo};
 pub use write_ops::{RenameFlags, SetAttr};
 
 use crate::cache::ObjectVersion;
@@ -167,6 +169,8 @@ struct FileHandle {
     /// or truncated it), which a close with another descriptor still open may leave to that
     /// descriptor's close (see `flush`).
     wrote: AtomicBool,
+    /// How the kernel reads it (see `passthrough`).
+    io: passthrough::HandleIo,
 }
 
 impl FileHandle {
@@ -179,6 +183,7 @@ impl FileHandle {
             etag: self.version.etag.clone(),
             size: self.version.size,
             writable: self.writable,
+            io: self.io.record(),
         }
     }
 }
@@ -188,6 +193,16 @@ impl FileHandle {
 pub struct OpenMode {
     pub write: bool,
     pub truncate: bool,
+    /// `O_DIRECT`: the application asked to bypass caches, so never passthrough (the kernel
+    /// would read the cache file with direct I/O, from the disk).
+    pub direct: bool,
+}
+
+/// A file just opened: its handle, and how the kernel is to read it.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub fh: u64,
+    pub io: OpenIo,
 }
 
 /// An open directory and its entries, by stable offset.
@@ -250,6 +265,8 @@ pub struct Fs {
     subtree_listing_max: usize,
     /// Where what the kernel holds is journalled for a successor (`None`: nowhere).
     kernel_state: Option<Arc<KernelState>>,
+    /// How each open inode is read: page cache, direct, or passthrough.
+    io_modes: passthrough::IoModes,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it: every critical section
@@ -283,6 +300,7 @@ impl Fs {
             whole_listing_max: listing::WHOLE_LISTING_MAX,
             subtree_listing_max: subtree::SUBTREE_LISTING_MAX_KEYS,
             kernel_state: None,
+            io_modes: passthrough::IoModes::default(),
         }
     }
 
@@ -292,6 +310,22 @@ impl Fs {
         lock(&self.inodes).set_journal(state.clone());
         self.kernel_state = Some(state);
         self
+    }
+
+    /// The connection negotiated FUSE passthrough: read-only opens of wholly cached objects
+    /// may be answered with a backing file from now on (see `passthrough`).
+    pub fn enable_passthrough(&self) {
+        self.io_modes.enable();
+    }
+
+    /// The connection refused to register a backing file (`error`; no `CAP_SYS_ADMIN`, most
+    /// likely): every open from now on is answered the usual way. Said once.
+    pub fn passthrough_refused(&self, error: &std::io::Error) {
+        if self.io_modes.enabled() {
+            self.io_modes.disable();
+            tracing::warn!(%error,
+                "the kernel refused a passthrough backing file; reads go through msfs from now on");
+        }
     }
 
     fn journal(&self, record: impl FnOnce() -> Record) {

@@ -135,9 +135,10 @@ async fn write_file(fs: &Fs, path: &str, offset: u64, data: &[u8], truncate: boo
             let mode = OpenMode {
                 write: true,
                 truncate,
+                direct: false,
             };
             match fs.open(attr.ino, mode).await {
-                Ok((fh, _)) => fh,
+                Ok(opened) => opened.fh,
                 Err(e) => return e.errno(),
             }
         }
@@ -156,7 +157,7 @@ async fn write_file(fs: &Fs, path: &str, offset: u64, data: &[u8], truncate: boo
 async fn read_file(fs: &Fs, path: &str) -> std::result::Result<Vec<u8>, i32> {
     let ino = ino_of(fs, path).await?;
     let size = fs.getattr(ino).await.map_err(|e| e.errno())?.size;
-    let (fh, _) = fs
+    let Opened { fh, .. } = fs
         .open(ino, OpenMode::default())
         .await
         .map_err(|e| e.errno())?;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::kernel_state::{FileRecord, Restored};
+use super::passthrough::HandleIo;
 use super::{FileHandle, Fs, FsError, Result, SequentialDetector, lock};
 use crate::cache::ObjectVersion;
 
@@ -23,6 +24,7 @@ impl Fs {
             next_handle = next_handle.max(record.fh + 1);
             match self.restored_handle(record).await {
                 Ok(handle) => {
+                    self.io_modes.restore(handle.ino, &handle.io);
                     lock(&self.files).insert(record.fh, Arc::new(handle));
                     files += 1;
                 }
@@ -79,6 +81,7 @@ impl Fs {
             flush_on_close: settings.flush_on_close,
             // What the previous server's handle did is not known: its closes commit.
             wrote: AtomicBool::new(record.writable),
+            io: HandleIo::restored(record.io),
         })
     }
 

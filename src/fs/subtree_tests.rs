@@ -157,7 +157,7 @@ async fn a_probe_that_lists_a_small_directory_whole_answers_the_lookups_below_it
         f.fs.lookup(large.ino, "missing").await,
         Err(FsError::NotFound)
     ));
-    let (fh, _) =
+    let Opened { fh, .. } =
         f.fs.open(object.ino, OpenMode::default())
             .await
             .expect("open");

@@ -147,7 +147,7 @@ async fn reads_return_the_object_bytes_at_any_offset() {
     let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
     let f = fixture(&[("big", &body)]);
     let attr = resolve(&f.fs, "data/big").await.expect("big");
-    let (fh, _) =
+    let Opened { fh, .. } =
         f.fs.open(attr.ino, OpenMode::default())
             .await
             .expect("open");
@@ -174,6 +174,7 @@ async fn opening_for_write_on_a_readonly_backend_is_refused() {
             OpenMode {
                 write: true,
                 truncate: false,
+                direct: false,
             },
         )
         .await
@@ -242,6 +243,7 @@ async fn readdirplus_references_are_released_by_forget() {
 const WRITE: OpenMode = OpenMode {
     write: true,
     truncate: false,
+    direct: false,
 };
 
 fn writable(files: &[(&str, &[u8])]) -> Fixture {
@@ -283,7 +285,7 @@ async fn a_created_file_is_listed_readable_and_committed_at_fsync() {
     f.fs.flush(fh, None).await.expect("flush");
     f.fs.release(fh).await;
     let again = resolve(&f.fs, "data/new.txt").await.expect("lookup");
-    let (fh, _) =
+    let Opened { fh, .. } =
         f.fs.open(again.ino, OpenMode::default())
             .await
             .expect("open");
@@ -297,8 +299,9 @@ async fn opening_with_truncate_and_rewriting_replaces_the_object() {
     let mode = OpenMode {
         write: true,
         truncate: true,
+        direct: false,
     };
-    let (fh, _) = f.fs.open(attr.ino, mode).await.expect("open");
+    let Opened { fh, .. } = f.fs.open(attr.ino, mode).await.expect("open");
     assert_eq!(f.fs.getattr(attr.ino).await.expect("attr").size, 0);
     f.fs.write(fh, 0, b"new").await.expect("write");
     f.fs.fsync(fh).await.expect("fsync");
@@ -310,7 +313,7 @@ async fn opening_with_truncate_and_rewriting_replaces_the_object() {
 async fn a_write_into_the_middle_keeps_the_rest_of_the_object() {
     let f = writable(&[("f", b"0123456789")]);
     let attr = resolve(&f.fs, "data/f").await.expect("f");
-    let (fh, _) = f.fs.open(attr.ino, WRITE).await.expect("open");
+    let Opened { fh, .. } = f.fs.open(attr.ino, WRITE).await.expect("open");
     f.fs.write(fh, 3, b"abc").await.expect("write");
     assert_eq!(
         &f.fs.read(fh, 0, 100).await.expect("read")[..],
@@ -337,7 +340,7 @@ async fn truncate_by_path_shrinks_and_grows_with_zeros() {
         ..SetAttr::default()
     };
     assert_eq!(f.fs.setattr(attr.ino, grow).await.expect("grow").size, 6);
-    let (fh, _) =
+    let Opened { fh, .. } =
         f.fs.open(attr.ino, OpenMode::default())
             .await
             .expect("open");
@@ -381,7 +384,7 @@ async fn an_unlinked_open_file_stays_readable_until_its_last_close() {
     let f = writable(&[("f", b"still here")]);
     let data = resolve(&f.fs, "data").await.expect("data");
     let attr = resolve(&f.fs, "data/f").await.expect("f");
-    let (fh, _) =
+    let Opened { fh, .. } =
         f.fs.open(attr.ino, OpenMode::default())
             .await
             .expect("open");

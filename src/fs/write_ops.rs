@@ -12,6 +12,7 @@ use super::descriptors::{self, OpenFile};
 use super::dir_pages::ManifestPages;
 use super::inode::Node;
 use super::listing::{self, ChildKind, NAME_MAX, valid_name};
+use super::passthrough::{HandleIo, OpenKind};
 use super::{
     Attr, Backend, BackendSettings, FileHandle, Fs, FsError, Result, SequentialDetector, Unlinked,
     lock, pending_kind,
@@ -102,7 +103,17 @@ impl Fs {
         let file = self.engines.writes.create(target).await;
         self.note_written(file.target.store.id(), &key);
         let kind = pending_kind(file.meta());
-        let node = lock(&self.inodes).lookup(parent, name, dir.backend.clone(), path, kind);
+        let node = {
+            let mut inodes = lock(&self.inodes);
+            // The name's inode may still be read from a lent cache file (the object was deleted
+            // behind the mount while open): a new file is a new inode.
+            if let Some(ino) = inodes.child(parent, name)
+                && self.io_modes.lent(ino)
+            {
+                inodes.remove_name(parent, name);
+            }
+            inodes.lookup(parent, name, dir.backend.clone(), path, kind)
+        };
         self.invalidate_entry(parent, name);
         let handle = FileHandle {
             ino: node.ino,
@@ -118,7 +129,17 @@ impl Fs {
             writable: true,
             flush_on_close: dir.settings.flush_on_close,
             wrote: AtomicBool::new(false),
+            io: HandleIo::PageCache,
         };
+        if self
+            .io_modes
+            .open(node.ino, "", OpenKind::Write, || None)
+            .is_none()
+        {
+            // Lent between the two locks, which a read-only open of a file being created
+            // cannot be: it reads through the write engine.
+            return Err(self.supersede(node.ino));
+        }
         let fh = self.add_handle(handle);
         Ok((self.attr_of(&node), fh))
     }

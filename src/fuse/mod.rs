@@ -17,16 +17,16 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
 
 use crate::fs::{
-    Attr, BLOCK_SIZE, Fs, FsError, Kind, NameUse, OpenMode, RenameFlags, SetAttr, errno_name,
-    request_name,
+    Attr, BLOCK_SIZE, Fs, FsError, Kind, NameUse, OpenIo, OpenMode, Opened, RenameFlags, SetAttr,
+    errno_name, request_name,
 };
 use watchdog::{InFlight, Pending, Watchdog};
 
@@ -46,6 +46,8 @@ pub struct FuseAdapter {
     max_write: u32,
     /// Ask for `FUSE_WRITEBACK_CACHE` in INIT.
     writeback_cache: bool,
+    /// Ask for `FUSE_PASSTHROUGH` in INIT.
+    passthrough: bool,
     /// Requests waiting for their answer.
     in_flight: Arc<InFlight>,
     /// Warn about requests unanswered this long (`None`: no watchdog).
@@ -87,6 +89,10 @@ pub struct KernelInit {
     /// Absent from what older processes saved: they never asked for it.
     #[serde(default)]
     pub writeback_cache: bool,
+    /// FUSE passthrough is on for this connection (`fuse_passthrough`): opens may be answered
+    /// with a backing file the kernel reads itself. Absent from what older processes saved.
+    #[serde(default)]
+    pub passthrough: bool,
 }
 
 impl FuseAdapter {
@@ -97,6 +103,7 @@ impl FuseAdapter {
             runtime,
             max_write,
             writeback_cache: false,
+            passthrough: false,
             in_flight: InFlight::new(),
             stall_warn: None,
             session: String::new(),
@@ -118,6 +125,15 @@ impl FuseAdapter {
         self
     }
 
+    /// Asks the kernel for FUSE passthrough in INIT (when it offers it, and not beside the
+    /// writeback cache, which the kernel does not combine with it): read-only opens of objects
+    /// wholly in the line cache's per-object files are then answered with that file, and the
+    /// kernel reads it without a request per read (see `fs::passthrough`).
+    pub fn passthrough(mut self, on: bool) -> FuseAdapter {
+        self.passthrough = on;
+        self
+    }
+
     /// Counts the requests this adapter has handed to the runtime and not yet answered.
     pub fn unanswered(&self) -> Unanswered {
         self.unanswered.clone()
@@ -131,6 +147,9 @@ impl FuseAdapter {
     /// Prepares an adapter to serve a connection another process initialised: no INIT comes,
     /// so what `init` would start is started here.
     pub fn resumed(mut self, kernel: KernelInit) -> FuseAdapter {
+        if kernel.passthrough {
+            self.fs.enable_passthrough();
+        }
         let _ = self.kernel.set(kernel);
         self.start_watchdog();
         self
@@ -230,6 +249,41 @@ fn answer_readdir(fs: &Fs, ino: INodeNo, fh: FileHandle, offset: u64, mut reply:
 }
 
 /// Fills a readdirplus reply: entries with their attributes, each taking a lookup reference.
+/// Answers an open as `Fs` decided (see `fs::passthrough`). A passthrough open registers the
+/// object's file with the connection at its first use; if the kernel refuses (no
+/// `CAP_SYS_ADMIN`), this open is answered with direct reads through msfs (which no other open
+/// of the inode conflicts with) and every later one the usual way.
+fn answer_open(fs: &Fs, opened: Opened, reply: ReplyOpen) {
+    let fh = FileHandle(opened.fh);
+    let backing = match opened.io {
+        OpenIo::PageCache { keep_cache: true } => {
+            return reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE);
+        }
+        OpenIo::PageCache { keep_cache: false } => return reply.opened(fh, FopenFlags::empty()),
+        OpenIo::Passthrough(backing) => backing,
+    };
+    let mut registration = backing.registration();
+    if registration.is_none() {
+        match reply.open_backing(backing.file()) {
+            Ok(id) => *registration = Some(Box::new(id)),
+            Err(e) => {
+                fs.passthrough_refused(&e);
+                return reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO);
+            }
+        }
+    }
+    match registration
+        .as_ref()
+        .and_then(|id| id.downcast_ref::<BackingId>())
+    {
+        Some(id) => {
+            fs.metrics().fuse_passthrough_open();
+            reply.opened_passthrough(fh, FopenFlags::empty(), id)
+        }
+        None => reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO),
+    }
+}
+
 fn answer_readdirplus(
     fs: &Fs,
     ino: INodeNo,
@@ -336,6 +390,16 @@ impl Filesystem for FuseAdapter {
         } else {
             wanted
         };
+        let passthrough = self.passthrough
+            && !self.writeback_cache
+            && config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
+        let wanted = if passthrough {
+            // Backing files lie on a plain local filesystem: one level of stacking.
+            let _ = config.set_max_stack_depth(1);
+            wanted | InitFlags::FUSE_PASSTHROUGH
+        } else {
+            wanted
+        };
         let _ = config.add_capabilities(wanted & config.capabilities());
         let _ = config.set_max_readahead(MAX_READAHEAD);
         let _ = config.set_max_write(self.max_write.max(4096));
@@ -350,7 +414,16 @@ impl Filesystem for FuseAdapter {
                 && config
                     .capabilities()
                     .contains(InitFlags::FUSE_WRITEBACK_CACHE),
+            passthrough,
         });
+        if passthrough {
+            self.fs.enable_passthrough();
+        } else if self.passthrough {
+            tracing::warn!(
+                "fuse_passthrough: this kernel does not offer FUSE passthrough (Linux 6.9 or later \
+                 with CONFIG_FUSE_PASSTHROUGH) or the writeback cache is on; reads go through msfs"
+            );
+        }
         self.start_watchdog();
         Ok(())
     }
@@ -386,17 +459,11 @@ impl Filesystem for FuseAdapter {
         let mode = OpenMode {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY || truncate,
             truncate,
+            direct: flags.0 & libc::O_DIRECT != 0,
         };
         self.spawn("open", ino, req, move |fs| async move {
             match fs.open(ino.0, mode).await {
-                Ok((fh, keep_cache)) => {
-                    let flags = if keep_cache {
-                        FopenFlags::FOPEN_KEEP_CACHE
-                    } else {
-                        FopenFlags::empty()
-                    };
-                    reply.opened(FileHandle(fh), flags)
-                }
+                Ok(opened) => answer_open(&fs, opened, reply),
                 Err(e) => reply.error(errno(&fs, "open", ino, &e)),
             }
         });

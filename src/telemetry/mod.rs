@@ -102,6 +102,7 @@ pub struct Metrics {
     fuse_stalled: Counter<u64>,
     fuse_errors: Counter<u64>,
     fuse_takeovers: Counter<u64>,
+    fuse_passthrough_opens: Counter<u64>,
     mounted_backends: Gauge<u64>,
 }
 
@@ -218,6 +219,10 @@ impl Metrics {
             fuse_takeovers: counter(
                 names::FUSE_TAKEOVERS,
                 "Live FUSE connections taken over from a previous server, by whether the kernel could resend its unanswered requests",
+            ),
+            fuse_passthrough_opens: counter(
+                names::FUSE_PASSTHROUGH_OPENS,
+                "Opens answered with a backing file the kernel reads itself (fuse_passthrough)",
             ),
             mounted_backends: meter
                 .u64_gauge(names::MOUNTED_BACKENDS)
@@ -352,6 +357,11 @@ impl Metrics {
                 if resend { "true" } else { "false" },
             )],
         );
+    }
+
+    /// An open was answered with a backing file: the kernel reads it without asking msfs.
+    pub fn fuse_passthrough_open(&self) {
+        self.fuse_passthrough_opens.add(1, &[]);
     }
 
     pub fn set_mounted_backends(&self, count: usize) {

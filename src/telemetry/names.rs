@@ -57,6 +57,8 @@ pub const FUSE_ERRORS: &str = "msfs.fuse.errors";
 /// Live FUSE connections this process took over from a dead or retiring one, by whether the
 /// kernel could resend what the previous server left unanswered (`resend`).
 pub const FUSE_TAKEOVERS: &str = "msfs.fuse.takeovers";
+/// Opens answered with a backing file the kernel reads itself (`fuse_passthrough`).
+pub const FUSE_PASSTHROUGH_OPENS: &str = "msfs.fuse.passthrough_opens";
 pub const MOUNTED_BACKENDS: &str = "msfs.mounted_backends";
 
 /// Seconds, for durations.

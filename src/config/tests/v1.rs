@@ -85,6 +85,7 @@ fn full_v1_expected(source: &str) -> Config {
         allow_other: false,
         max_write: 1_048_576,
         fuse_writeback_cache: true,
+        fuse_passthrough: false,
         entry_attr_ttl: Duration::from_millis(5000),
         evictable_inode_ttl: Duration::from_millis(60_000),
         virtual_dir_ttl: Duration::from_millis(70_000),

@@ -241,6 +241,18 @@ class MsfsWriteback(Msfs):
         return {**super().settings(writable), "fuse_writeback_cache": True}
 
 
+class MsfsPassthrough(Msfs):
+    """msfs with FUSE passthrough (`fuse_passthrough: true` over `per-inode-file` storage, both
+    off by default): beside `msfs`, what letting the kernel read wholly cached objects from
+    their cache files gives (issue #20). Cold reads go through msfs as usual; warm ones whose
+    object is whole in the cache never reach it."""
+
+    name = "msfs-passthrough"
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        return {**super().settings(writable), "cache_storage": "per-inode-file", "fuse_passthrough": True}
+
+
 def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
     """The top-level settings of every msfs the harness mounts."""
     return {
@@ -460,6 +472,7 @@ PEERS: dict[str, type[Filesystem]] = {
     "msfs": Msfs,
     "msfs-no-holder": MsfsWithoutHolder,
     "msfs-writeback": MsfsWriteback,
+    "msfs-passthrough": MsfsPassthrough,
     "mount-s3": MountS3,
     "s3fs": S3fs,
     "rclone": Rclone,

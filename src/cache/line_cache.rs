@@ -635,18 +635,17 @@ enum Segment {
 /// An object version lent whole to a reader outside this process (see
 /// [`LineCache::pin_object_file`]): its file, and a pin on every one of its lines.
 pub struct PinnedObjectFile {
-    /// `None` only while it is being built.
+    /// `None` while it is being built, and once taken.
     file: Option<File>,
     pins: Vec<PinGuard>,
     shared: Arc<Shared>,
 }
 
 impl PinnedObjectFile {
-    /// The file holding the object byte for byte, opened read-only.
-    pub fn file(&self) -> &File {
-        self.file
-            .as_ref()
-            .expect("a lent object file is built with its file")
+    /// The file holding the object byte for byte, opened read-only: once (whoever registers it
+    /// with the kernel can close it then; the lines stay pinned all the same).
+    pub fn take_file(&mut self) -> Option<File> {
+        self.file.take()
     }
 }
 

@@ -33,11 +33,13 @@ async fn a_wholly_cached_object_is_lent_as_a_file_holding_it_byte_for_byte() {
         "one line of four cached"
     );
     f.check(&object, 0..object.size, 4).await;
-    let lent = f
+    let mut lent = f
         .cache
         .pin_object_file(f.store.cache_scope(), &object)
         .expect("every line is cached");
-    assert!(file_bytes(lent.file()) == patterned(4, object.size));
+    let file = lent.take_file().expect("its file");
+    assert!(file_bytes(&file) == patterned(4, object.size));
+    assert!(lent.take_file().is_none(), "handed out once");
     let other_version = super::ObjectVersion {
         etag: "another".into(),
         ..object.clone()
@@ -55,17 +57,19 @@ async fn lent_lines_are_never_evicted_and_return_to_the_cache_when_given_back() 
     let f = Fixture::new(CacheStorage::PerInodeFile, 8, 0);
     let lent_object = f.object("lent", 4 * LINE, 1).await;
     f.check(&lent_object, 0..lent_object.size, 1).await;
-    let lent = f
+    let mut lent = f
         .cache
         .pin_object_file(f.store.cache_scope(), &lent_object)
         .expect("lent");
+    // The file goes (as once the kernel holds it); the pins stay with `lent`.
+    let file = lent.take_file().expect("its file");
     // Four other lines' worth of reads, three times over, through the four lines left.
     for seed in 10..13 {
         let other = f.object(&format!("other{seed}"), 4 * LINE, seed).await;
         f.check(&other, 0..other.size, seed).await;
     }
     assert!(
-        file_bytes(lent.file()) == patterned(1, lent_object.size),
+        file_bytes(&file) == patterned(1, lent_object.size),
         "a lent line was evicted or punched out"
     );
     drop(lent);

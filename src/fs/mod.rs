@@ -46,7 +46,7 @@ pub use error::{FsError, errno_name};
 pub use inode::ROOT_INO;
 pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};
-pub use passthrough::{Backing, OpenIo};
+pub use passthrough::{Backing, OpenIo, Registration};
 pub use write_ops::{RenameFlags, SetAttr};
 
 use crate::cache::ObjectVersion;

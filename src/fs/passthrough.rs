@@ -25,6 +25,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::fs::File;
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -37,22 +38,33 @@ use crate::cache::PinnedObjectFile;
 /// handle of one inode.
 pub struct Backing {
     etag: String,
-    object: PinnedObjectFile,
-    /// What the connection registered `object`'s file as (the FUSE adapter's backing id), at
+    /// The object's lines, pinned; its file until it is registered.
+    object: Mutex<PinnedObjectFile>,
+    /// What the connection registered the object's file as (the FUSE adapter's backing id), at
     /// the first open that uses it; dropped, unregistering it, with the last handle.
-    registration: Mutex<Option<Box<dyn Any + Send + Sync>>>,
+    registration: Mutex<Option<Registration>>,
 }
 
-impl Backing {
-    /// The file holding the object byte for byte.
-    pub fn file(&self) -> &File {
-        self.object.file()
-    }
+/// The connection's registration of a backing file (a `fuser::BackingId`).
+pub type Registration = Box<dyn Any + Send + Sync>;
 
-    /// The connection's registration of [`Backing::file`]: `None` until the first open that
-    /// uses it registers it. Held while an open's reply names it.
-    pub fn registration(&self) -> MutexGuard<'_, Option<Box<dyn Any + Send + Sync>>> {
-        lock(&self.registration)
+impl Backing {
+    /// The connection's registration of the object's file, made by `register` at the first
+    /// open that uses it. The file is closed then: the kernel holds its own reference, so msfs
+    /// keeps no descriptor per lent object. Held while an open's reply names it. Fails when
+    /// the kernel refused the file (`register` failed then, or now).
+    pub fn registration(
+        &self,
+        register: impl FnOnce(&File) -> io::Result<Registration>,
+    ) -> io::Result<MutexGuard<'_, Option<Registration>>> {
+        let mut registration = lock(&self.registration);
+        if registration.is_none() {
+            let file = lock(&self.object).take_file().ok_or_else(|| {
+                io::Error::other("the kernel refused this backing file at an earlier open")
+            })?;
+            *registration = Some(register(&file)?);
+        }
+        Ok(registration)
     }
 }
 
@@ -189,7 +201,7 @@ impl IoModes {
         {
             let backing = Arc::new(Backing {
                 etag: etag.to_string(),
-                object,
+                object: Mutex::new(object),
                 registration: Mutex::new(None),
             });
             io.backing = Arc::downgrade(&backing);

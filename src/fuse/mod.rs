@@ -25,8 +25,8 @@ use fuser::{
 use tokio::runtime::Handle;
 
 use crate::fs::{
-    Attr, BLOCK_SIZE, Fs, FsError, Kind, NameUse, OpenIo, OpenMode, Opened, RenameFlags, SetAttr,
-    errno_name, request_name,
+    Attr, BLOCK_SIZE, Fs, FsError, Kind, NameUse, OpenIo, OpenMode, Opened, Registration,
+    RenameFlags, SetAttr, errno_name, request_name,
 };
 use watchdog::{InFlight, Pending, Watchdog};
 
@@ -262,16 +262,18 @@ fn answer_open(fs: &Fs, opened: Opened, reply: ReplyOpen) {
         OpenIo::PageCache { keep_cache: false } => return reply.opened(fh, FopenFlags::empty()),
         OpenIo::Passthrough(backing) => backing,
     };
-    let mut registration = backing.registration();
-    if registration.is_none() {
-        match reply.open_backing(backing.file()) {
-            Ok(id) => *registration = Some(Box::new(id)),
-            Err(e) => {
-                fs.passthrough_refused(&e);
-                return reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO);
-            }
+    let registered = backing.registration(|file| {
+        reply
+            .open_backing(file)
+            .map(|id| Box::new(id) as Registration)
+    });
+    let registration = match registered {
+        Ok(registration) => registration,
+        Err(e) => {
+            fs.passthrough_refused(&e);
+            return reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO);
         }
-    }
+    };
     match registration
         .as_ref()
         .and_then(|id| id.downcast_ref::<BackingId>())

@@ -248,18 +248,24 @@ fn answer_readdir(fs: &Fs, ino: INodeNo, fh: FileHandle, offset: u64, mut reply:
     }
 }
 
-/// Fills a readdirplus reply: entries with their attributes, each taking a lookup reference.
 /// Answers an open as `Fs` decided (see `fs::passthrough`). A passthrough open registers the
 /// object's file with the connection at its first use; if the kernel refuses (no
 /// `CAP_SYS_ADMIN`), this open is answered with direct reads through msfs (which no other open
-/// of the inode conflicts with) and every later one the usual way.
-fn answer_open(fs: &Fs, opened: Opened, reply: ReplyOpen) {
+/// of the inode conflicts with) and every later one the usual way. A read-only handle's close
+/// sends no FLUSH (`FOPEN_NOFLUSH`): there is nothing to commit, and the round trip was most of
+/// what a close of a small cached file cost.
+fn answer_open(fs: &Fs, opened: Opened, read_only: bool, reply: ReplyOpen) {
     let fh = FileHandle(opened.fh);
+    let flags = if read_only {
+        FopenFlags::FOPEN_NOFLUSH
+    } else {
+        FopenFlags::empty()
+    };
     let backing = match opened.io {
         OpenIo::PageCache { keep_cache: true } => {
-            return reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE);
+            return reply.opened(fh, flags | FopenFlags::FOPEN_KEEP_CACHE);
         }
-        OpenIo::PageCache { keep_cache: false } => return reply.opened(fh, FopenFlags::empty()),
+        OpenIo::PageCache { keep_cache: false } => return reply.opened(fh, flags),
         OpenIo::Passthrough(backing) => backing,
     };
     let registered = backing.registration(|file| {
@@ -271,7 +277,7 @@ fn answer_open(fs: &Fs, opened: Opened, reply: ReplyOpen) {
         Ok(registration) => registration,
         Err(e) => {
             fs.passthrough_refused(&e);
-            return reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO);
+            return reply.opened(fh, flags | FopenFlags::FOPEN_DIRECT_IO);
         }
     };
     match registration
@@ -280,12 +286,13 @@ fn answer_open(fs: &Fs, opened: Opened, reply: ReplyOpen) {
     {
         Some(id) => {
             fs.metrics().fuse_passthrough_open();
-            reply.opened_passthrough(fh, FopenFlags::empty(), id)
+            reply.opened_passthrough(fh, flags, id)
         }
-        None => reply.opened(fh, FopenFlags::FOPEN_DIRECT_IO),
+        None => reply.opened(fh, flags | FopenFlags::FOPEN_DIRECT_IO),
     }
 }
 
+/// Fills a readdirplus reply: entries with their attributes, each taking a lookup reference.
 fn answer_readdirplus(
     fs: &Fs,
     ino: INodeNo,
@@ -465,7 +472,7 @@ impl Filesystem for FuseAdapter {
         };
         self.spawn("open", ino, req, move |fs| async move {
             match fs.open(ino.0, mode).await {
-                Ok(opened) => answer_open(&fs, opened, reply),
+                Ok(opened) => answer_open(&fs, opened, !mode.write, reply),
                 Err(e) => reply.error(errno(&fs, "open", ino, &e)),
             }
         });

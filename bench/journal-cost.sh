@@ -5,6 +5,7 @@
 # Over a local `file` backend, so the numbers are msfs's own.
 #
 #   bench/journal-cost.sh [RUNS] [FILES]      defaults: 10, 1000
+#   MSFS_SETTLE_SECS=1 bench/journal-cost.sh  waits a second after each mount before timing
 #
 # Needs root (FUSE) and a built msfs (release if there is one). Runs in a temp dir, removed at
 # the end; stops only the processes it started.
@@ -40,6 +41,9 @@ one() {
     "$MSFS" mount "$WORK/config.yaml" "$M" --state-dir "$WORK/state" "$@" > "$WORK/daemon.log" 2>&1 &
     DAEMON=$!
     until grep -qs ": mounted" "$WORK/daemon.log"; do sleep 0.005; done
+    # MSFS_SETTLE_SECS: let the freshly started processes (the daemon, its fd holder) settle
+    # before the timed listing, so that only the listing is measured.
+    sleep "${MSFS_SETTLE_SECS:-0}"
     local t0 t1
     t0=$(date +%s.%N)
     ls -l "$M/data/many" > /dev/null

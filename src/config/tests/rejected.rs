@@ -180,3 +180,19 @@ fn a_list_where_a_section_belongs_is_rejected_without_quoting_it() {
         "c.yaml: backends[0].S3: expected a mapping of keys, found a list"
     );
 }
+
+#[test]
+fn passthrough_needs_per_object_cache_files_and_no_writeback_cache() {
+    assert_eq!(
+        error("c.yaml", "msfs_version: 1\nfuse_passthrough: true\n"),
+        "c.yaml: fuse_passthrough: needs cache_storage: per-inode-file (the kernel reads an \
+         object from a file that holds it byte for byte)"
+    );
+    let both = "msfs_version: 1\nfuse_passthrough: true\nfuse_writeback_cache: true\n\
+                cache_storage: per-inode-file\n";
+    assert_eq!(
+        error("c.yaml", both),
+        "c.yaml: fuse_passthrough: cannot be on with fuse_writeback_cache: the kernel offers \
+         passthrough only without its writeback cache"
+    );
+}

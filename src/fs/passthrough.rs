@@ -43,6 +43,8 @@ pub struct Backing {
     /// What the connection registered the object's file as (the FUSE adapter's backing id), at
     /// the first open that uses it; dropped, unregistering it, with the last handle.
     registration: Mutex<Option<Registration>>,
+    /// The kernel refused the file: no open was passthrough with it, so it binds no other open.
+    refused: AtomicBool,
 }
 
 /// The connection's registration of a backing file (a `fuser::BackingId`).
@@ -62,9 +64,19 @@ impl Backing {
             let file = lock(&self.object).take_file().ok_or_else(|| {
                 io::Error::other("the kernel refused this backing file at an earlier open")
             })?;
-            *registration = Some(register(&file)?);
+            match register(&file) {
+                Ok(registered) => *registration = Some(registered),
+                Err(e) => {
+                    self.refused.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
         }
         Ok(registration)
+    }
+
+    fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
     }
 }
 
@@ -188,9 +200,10 @@ impl IoModes {
         if io.inherited > 0 {
             return None;
         }
-        // A backing whose registration the kernel refused (passthrough is off since) was never
-        // passthrough in the kernel: its handles read direct, beside which anything goes.
-        if let Some(backing) = io.backing.upgrade().filter(|_| self.enabled()) {
+        // A backing the kernel refused was never passthrough in the kernel: its handles read
+        // direct, beside which anything goes. One it took binds every open of the inode, even
+        // once another file's refusal has turned lending off.
+        if let Some(backing) = io.backing.upgrade().filter(|b| !b.refused()) {
             let shares = how != OpenKind::Write && backing.etag == etag;
             return shares.then_some(HandleIo::Passthrough(backing));
         }
@@ -203,6 +216,7 @@ impl IoModes {
                 etag: etag.to_string(),
                 object: Mutex::new(object),
                 registration: Mutex::new(None),
+                refused: AtomicBool::new(false),
             });
             io.backing = Arc::downgrade(&backing);
             return Some(HandleIo::Passthrough(backing));
@@ -393,10 +407,33 @@ mod tests {
         modes.enable();
         let backing = modes.open(2, "v1", Lendable, lend(&cache, "v1"));
         lent(&backing);
-        // The kernel refused to register it: passthrough is off, and the handle that was to
-        // share it reads direct, beside which page-cached opens are fine.
+        // The kernel refused to register it: the handle that was to share it reads direct,
+        // beside which page-cached opens are fine.
+        let refused = lent(&backing).registration(|_| Err(io::Error::other("EPERM")));
+        assert!(refused.is_err());
         modes.disable();
         assert!(page_cached(modes.open(2, "v1", Lendable, || panic!("off"))));
+    }
+
+    #[test]
+    fn a_backing_the_kernel_took_binds_its_inode_after_another_files_refusal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = cache_holding(dir.path(), &["v1"]);
+        let modes = enabled();
+        let taken = modes.open(1, "v1", Lendable, lend(&cache, "v1"));
+        let registered = lent(&taken).registration(|_| Ok(Box::new(7u32)));
+        assert!(registered.is_ok());
+        drop(registered);
+        // Another file's registration failed, and lending is off for the connection.
+        modes.disable();
+        assert!(
+            modes.open(1, "v1", Write, || None).is_none(),
+            "a page-cached open beside the kernel's passthrough one would fail with EIO"
+        );
+        assert!(matches!(
+            modes.open(1, "v1", Lendable, || panic!("shared")),
+            Some(HandleIo::Passthrough(_))
+        ));
     }
 
     #[test]

@@ -30,4 +30,6 @@ else
     MSFS_KILL_SOAK_SECS=180 cargo test --locked --test soak -- --ignored --exact "$KILL_SOAK"
 fi
 # POSIX conformance (pjdfstest against an expected-results file) and fsx on a writable S3 mount.
-bash scripts/conformance.sh
+# Bounded like the tests (.config/nextest.toml): a hang fails here, with its output, instead of
+# running into CI's time limit.
+timeout --kill-after=30 1800 bash scripts/conformance.sh

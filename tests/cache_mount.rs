@@ -106,3 +106,63 @@ async fn a_live_mount_lets_the_kernel_read_a_mib_ahead() {
     )
     .await;
 }
+
+/// `cache_persistent`: a remount (a restart of msfs) reads what the last process cached
+/// without a GET; a kill in the middle never makes it serve wrong bytes; and an object replaced
+/// while no msfs ran is read anew, never from the lines kept for its old version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_cache_outlives_the_process_and_never_serves_an_old_version() {
+    let garage = Garage::start();
+    garage.create_bucket("kept-lines");
+    let body = pattern(8 * MIB + 12_345, 11);
+    let other = pattern(3 * MIB + 7, 12);
+    garage.put_object("kept-lines", "obj", body.clone()).await;
+    garage
+        .put_object("kept-lines", "other", other.clone())
+        .await;
+    let cache_parent = tempfile::tempdir().expect("cache parent");
+    let cache = format!(
+        "cache_storage: mapped-file\ncache_line_size: {MIB}\ncache_lines: 64\n\
+         cache_lines_to_prefetch: 4\ncache_persistent: true\ncache_dir_path: {}\n",
+        cache_parent.path().display()
+    );
+    let config = config_yaml_with(
+        &cache,
+        &[s3_backend_yaml("data", "kept-lines", "", &garage)],
+    );
+    let start = || MsfsMount::start(&config, "yaml").expect("mount");
+
+    let mut first = start();
+    assert!(read_direct(&first.path().join("data/obj")) == body);
+    first.stop_with_umount();
+
+    let before = garage.s3_requests("GetObject");
+    let mut second = start();
+    assert!(read_direct(&second.path().join("data/obj")) == body);
+    assert_eq!(
+        garage.s3_requests("GetObject") - before,
+        0,
+        "the restarted msfs fetched lines the last one had cached"
+    );
+    // Killed right after a read: whatever of it was indexed or not, nothing wrong is served.
+    assert!(read_direct(&second.path().join("data/other")) == other);
+    second.stop_with_signal(libc::SIGKILL);
+    drop(second);
+    let mut third = start();
+    assert!(read_direct(&third.path().join("data/other")) == other);
+    assert!(read_direct(&third.path().join("data/obj")) == body);
+    third.stop_with_umount();
+
+    // Replaced while no msfs runs: same size, other bytes.
+    let replaced = pattern(8 * MIB + 12_345, 13);
+    garage
+        .put_object("kept-lines", "obj", replaced.clone())
+        .await;
+    let before = garage.s3_requests("GetObject");
+    let fourth = start();
+    assert!(
+        read_direct(&fourth.path().join("data/obj")) == replaced,
+        "bytes of the old version were served"
+    );
+    assert!(garage.s3_requests("GetObject") - before >= 9);
+}

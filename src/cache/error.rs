@@ -37,6 +37,15 @@ pub enum CacheError {
     },
 
     #[error(
+        "cache index {path}: {source}: remove the directory to start the persistent cache anew"
+    )]
+    Index {
+        path: PathBuf,
+        #[source]
+        source: Box<redb::Error>,
+    },
+
+    #[error(
         "cache memory of {bytes} bytes ({what}): {source}: lower cache_lines or cache_line_size"
     )]
     Map {

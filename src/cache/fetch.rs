@@ -14,6 +14,7 @@ use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::line_cache::Shared;
+use super::persist::{Check, Stored};
 use super::stats::bump;
 use super::table::{Flight, Outcome, Placement, Progress, SlotId};
 use crate::store::{ObjectStore, StoreError};
@@ -26,6 +27,9 @@ pub(super) struct Fill {
     placement: Placement,
     key: String,
     tx: Option<watch::Sender<Progress>>,
+    /// With a persistent cache: the checksum of the bytes stored so far (always from the line's
+    /// start, in order), and how many; `None` otherwise, or once the order was broken.
+    checksum: Option<(crc32fast::Hasher, usize)>,
 }
 
 impl Fill {
@@ -42,13 +46,32 @@ impl Fill {
             placement,
             key: key.to_string(),
             tx: Some(tx),
+            checksum: shared
+                .persisted
+                .is_some()
+                .then(|| (crc32fast::Hasher::new(), 0)),
+        }
+    }
+
+    /// Adds bytes stored at `offset` within the line to the checksum.
+    fn sum(&mut self, offset: usize, data: &[u8]) {
+        match &mut self.checksum {
+            Some((hasher, summed)) if *summed == offset => {
+                hasher.update(data);
+                *summed += data.len();
+            }
+            // Not in order (never so today): the line is then simply not kept.
+            _ => self.checksum = None,
         }
     }
 
     /// Writes the whole line into storage and marks it clean. A failed local write is counted
     /// and abandons the line (waiters read from the store). Returns whether the line is clean.
-    pub(super) fn store(self, data: &[u8]) -> bool {
+    pub(super) fn store(mut self, data: &[u8]) -> bool {
         let written = self.shared.storage.write_at(&self.placement, 0, data);
+        if written.is_ok() {
+            self.sum(0, data);
+        }
         self.finish(written)
     }
 
@@ -76,8 +99,12 @@ impl Fill {
     }
 
     /// Stores `data` at `offset` within the line.
-    fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()> {
-        self.shared.storage.write_at(&self.placement, offset, data)
+    fn write(&mut self, offset: usize, data: &[u8]) -> std::io::Result<()> {
+        self.shared
+            .storage
+            .write_at(&self.placement, offset, data)?;
+        self.sum(offset, data);
+        Ok(())
     }
 
     /// Tells the waiters that the line's first `filled` bytes are in storage.
@@ -100,14 +127,31 @@ impl Fill {
         let Some(tx) = self.tx.take() else {
             return;
         };
-        let released = {
+        let (released, keep) = {
             let mut table = self.shared.table();
             match outcome {
-                Outcome::Ready => table.fill_succeeded(self.slot),
-                Outcome::Failed(_) | Outcome::Abandoned => table.fill_failed(self.slot),
+                Outcome::Ready => {
+                    let name = table.attached_name(self.slot);
+                    (table.fill_succeeded(self.slot), name)
+                }
+                Outcome::Failed(_) | Outcome::Abandoned => (table.fill_failed(self.slot), None),
             }
         };
         self.shared.release(released);
+        if let (Some(name), Some(persisted), Some((hasher, len))) =
+            (keep, &self.shared.persisted, self.checksum.take())
+            && let Ok(len) = u32::try_from(len)
+        {
+            persisted.record(Stored {
+                slot: self.slot,
+                name,
+                line: self.placement.line,
+                check: Check {
+                    len,
+                    crc: hasher.finalize(),
+                },
+            });
+        }
         tx.send_modify(|progress| progress.outcome = Some(outcome));
     }
 }
@@ -189,7 +233,7 @@ struct Streaming {
 impl Streaming {
     /// Stores the part of `chunk` (at `offset` in the run's body) that falls in this line.
     fn accept(&mut self, offset: u64, chunk: &[u8]) {
-        let Some(fill) = &self.fill else {
+        let Some(fill) = self.fill.as_mut() else {
             return;
         };
         let end = offset + chunk.len() as u64;

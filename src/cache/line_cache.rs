@@ -25,6 +25,7 @@ use tokio::sync::{Semaphore, watch};
 
 use super::error::{CacheError, duplicate, storage_error};
 use super::fetch::{Fill, RunLine, exact_length, spawn_fetch};
+use super::persist::{self, Check, Persisted};
 use super::stats::{Counters, bump};
 use super::storage::{self, LineStorage};
 use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table};
@@ -52,9 +53,26 @@ const OBJECT_FILE_SHARE_DIVISOR: usize = 2;
 /// The node-wide line cache. Build one per process with [`LineCache::new`] and share the `Arc`.
 pub struct LineCache {
     shared: Arc<Shared>,
+    dir: CacheDir,
+}
+
+/// Where the cache's files live.
+#[derive(Debug)]
+enum CacheDir {
     /// Removed when the cache is dropped, even if a fetch task still holds `shared`: such a task
     /// then fails to write its line and settles it as abandoned.
-    dir: PrivateDir,
+    Private(PrivateDir),
+    /// `cache_persistent`: kept, with its index, for the next process (see `persist`).
+    Kept(std::path::PathBuf),
+}
+
+impl CacheDir {
+    fn path(&self) -> &Path {
+        match self {
+            CacheDir::Private(dir) => dir.path(),
+            CacheDir::Kept(path) => path,
+        }
+    }
 }
 
 /// What the cache's background fetches share with it.
@@ -73,6 +91,8 @@ pub(super) struct Shared {
     pub(super) storage: Arc<dyn LineStorage>,
     /// Lines pinned by [`PinnedObjectFile`]s; changed under the table lock.
     object_file_lines: AtomicUsize,
+    /// The index of a persistent cache, told of every line filled.
+    pub(super) persisted: Option<Persisted>,
 }
 
 impl Shared {
@@ -114,9 +134,28 @@ impl LineCache {
             .filter(|lines| *lines > 0 && *lines < SlotId::MAX as usize)
             .ok_or(geometry("cache_lines must be between 1 and 2^32 - 2"))?;
         let parent = config.dir_path.clone().unwrap_or_else(std::env::temp_dir);
-        let dir = PrivateDir::create(&parent, "msfs-cache")
-            .map_err(|(path, source)| CacheError::CreateDir { path, source })?;
-        let storage = storage::open(config.storage, dir.path(), line_size, lines)?;
+        let kept = match config.persistent {
+            true => persist::open(&parent, line_size, lines)?,
+            false => None,
+        };
+        let mut table = Table::new(lines);
+        let (dir, storage, persisted) = match kept {
+            Some(opened) => {
+                let storage = storage::open_kept(&opened.dir, line_size, lines)?;
+                let restored = table.restore(opened.restored);
+                tracing::info!(dir = %opened.dir.display(), lines = restored,
+                    "cache lines kept by an earlier process restored (checked at first read)");
+                (CacheDir::Kept(opened.dir), storage, Some(opened.persisted))
+            }
+            None => {
+                let dir = PrivateDir::create(&parent, "msfs-cache")
+                    .map_err(|(path, source)| CacheError::CreateDir { path, source })?;
+                let storage = storage::open(config.storage, dir.path(), line_size, lines)?;
+                (CacheDir::Private(dir), storage, None)
+            }
+        };
+        let counters = Counters::default();
+        bump(&counters.lines_restored, table.resident() as u64);
         let budget = config
             .lines_to_prefetch
             .saturating_mul(PREFETCH_STREAMS)
@@ -136,17 +175,19 @@ impl LineCache {
                 run_lines: (READ_AHEAD_RUN_BYTES / config.line_size)
                     .min(config.lines_to_prefetch / 4)
                     .max(1),
-                table: Mutex::new(Table::new(lines)),
-                counters: Counters::default(),
+                table: Mutex::new(table),
+                counters,
                 prefetch_budget: Arc::new(Semaphore::new(budget as usize)),
                 storage,
                 object_file_lines: AtomicUsize::new(0),
+                persisted,
             }),
             dir,
         }))
     }
 
-    /// The private directory holding the cache's files; removed when the cache is dropped.
+    /// The directory holding the cache's files: private and removed when the cache is dropped,
+    /// or, with `cache_persistent`, kept for the next process.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -267,11 +308,15 @@ impl LineCache {
                 let found = match table.pin(name.0, name.1, name.2, line) {
                     Some(Pinned::Ready(placement)) => {
                         hits += 1;
-                        Some((placement, None))
+                        Some((placement, None, None))
+                    }
+                    Some(Pinned::Unverified(placement, check)) => {
+                        hits += 1;
+                        Some((placement, None, Some(check)))
                     }
                     Some(Pinned::Inbound(placement, flight)) => {
                         waits += 1;
-                        Some((placement, Some(flight)))
+                        Some((placement, Some(flight), None))
                     }
                     None => table.claim().map(|claimed| {
                         misses += 1;
@@ -279,13 +324,15 @@ impl LineCache {
                         let (tx, rx) = watch::channel(Progress::default());
                         let placement = table.install(claimed.slot, name, line, rx.clone(), 1);
                         fetches.push((claimed.slot, placement, tx, line_range.clone(), None));
-                        (placement, Some(rx))
+                        (placement, Some(rx), None)
                     }),
                 };
                 planned.push(match found {
-                    Some((placement, flight)) => Planned::Line {
+                    Some((placement, flight, check)) => Planned::Line {
                         placement,
                         flight,
+                        check,
+                        line_len: (line_range.end - line_range.start) as usize,
                         offset: (part.start - line_range.start) as usize,
                         part,
                     },
@@ -373,6 +420,8 @@ impl LineCache {
                 Planned::Line {
                     placement,
                     flight,
+                    check,
+                    line_len,
                     offset,
                     part,
                 } => Segment::Line {
@@ -382,6 +431,7 @@ impl LineCache {
                     },
                     placement,
                     flight,
+                    check: check.map(|check| (check, line_len)),
                     offset,
                     part,
                 },
@@ -397,16 +447,26 @@ impl LineCache {
         object: &ObjectVersion,
         segment: Segment,
     ) -> Result<Bytes, StoreError> {
-        let (pin, placement, flight, offset, part) = match segment {
+        let (pin, placement, flight, check, offset, part) = match segment {
             Segment::Direct(part) => return self.direct(store, object, part).await,
             Segment::Line {
                 pin,
                 placement,
                 flight,
+                check,
                 offset,
                 part,
-            } => (pin, placement, flight, offset, part),
+            } => (pin, placement, flight, check, offset, part),
         };
+        if let Some((check, line_len)) = check
+            && !self.verify(placement, check, line_len, &object.key).await
+        {
+            // The bad line left the catalog: read again, which fetches it into a fresh slot.
+            // (Boxed by `async_trait`, so the recursion has a size; it ends there, as a
+            // fetched line is never unverified.)
+            drop(pin);
+            return ObjectReader::read(self, store, object, part, false).await;
+        }
         let len = (part.end - part.start) as usize;
         if let Some(mut flight) = flight {
             // Served as soon as the fill has stored this part, not when the whole line is in:
@@ -429,6 +489,50 @@ impl LineCache {
         }
         self.copy_out(pin, placement, offset, len, &object.key)
             .await
+    }
+
+    /// Checks a restored line (pinned by the caller) against the checksum it was indexed with,
+    /// and settles it: an ordinary clean line if it holds `line_len` bytes that match, dropped
+    /// from the cache (for the caller to fetch it again) if not.
+    async fn verify(&self, placement: Placement, check: Check, line_len: usize, key: &str) -> bool {
+        let shared = Arc::clone(&self.shared);
+        // Reads the whole line, possibly from disk: off the runtime.
+        let matches = tokio::task::spawn_blocking(move || {
+            let len = check.len as usize;
+            if len != line_len {
+                return false;
+            }
+            let crc = match shared.storage.address(&placement, 0, len) {
+                // SAFETY: `address` checked that the `len` bytes lie inside the storage's
+                // mapping; the caller's pin keeps the clean line from being written meanwhile.
+                Some(Ok(ptr)) => crc32fast::hash(unsafe { std::slice::from_raw_parts(ptr, len) }),
+                Some(Err(_)) => return false,
+                None => {
+                    let mut buf = vec![0; len];
+                    if shared.storage.read(&placement, 0, &mut buf).is_err() {
+                        return false;
+                    }
+                    crc32fast::hash(&buf)
+                }
+            };
+            crc == check.crc
+        })
+        .await
+        .unwrap_or(false);
+        let slot = placement.slot as SlotId;
+        if matches {
+            self.shared.table().verified(slot);
+        } else {
+            self.shared.table().reject(slot);
+            bump(&self.shared.counters.lines_rejected, 1);
+            tracing::warn!(
+                key,
+                line = placement.line,
+                "a cache line kept from an earlier process does not match its checksum; \
+                 fetching it again"
+            );
+        }
+        matches
     }
 
     /// The `len` bytes at `offset` of a pinned clean line. Storage in this process's memory hands
@@ -556,12 +660,23 @@ impl LineCache {
             .table()
             .pin(store_id, &object.key, &object.etag, line)?;
         let placement = match pinned {
-            Pinned::Ready(placement) | Pinned::Inbound(placement, _) => placement,
+            Pinned::Ready(placement)
+            | Pinned::Inbound(placement, _)
+            | Pinned::Unverified(placement, _) => placement,
         };
         Some(PinGuard {
             shared: Arc::clone(&self.shared),
             slot: placement.slot as SlotId,
         })
+    }
+}
+
+impl Drop for LineCache {
+    fn drop(&mut self) {
+        // What was filled is indexed before the process goes on to exit.
+        if let Some(persisted) = &self.shared.persisted {
+            persisted.close();
+        }
     }
 }
 
@@ -612,6 +727,9 @@ enum Planned {
     Line {
         placement: Placement,
         flight: Option<Flight>,
+        check: Option<Check>,
+        /// The whole line's length (shorter than a line at the object's end).
+        line_len: usize,
         offset: usize,
         part: Range<u64>,
     },
@@ -624,6 +742,8 @@ enum Segment {
         pin: PinGuard,
         placement: Placement,
         flight: Option<Flight>,
+        /// A restored line to check first, and the length it must have.
+        check: Option<(Check, usize)>,
         /// Where `part` starts within the line.
         offset: usize,
         part: Range<u64>,

@@ -10,6 +10,9 @@ mod fetch;
 mod line_cache;
 #[cfg(test)]
 mod object_file_tests;
+mod persist;
+#[cfg(test)]
+mod persist_tests;
 mod stats;
 mod storage;
 mod table;

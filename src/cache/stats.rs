@@ -18,6 +18,10 @@ pub(super) struct Counters {
     pub uncached_reads: AtomicU64,
     pub bytes_from_cache: AtomicU64,
     pub bytes_from_backend: AtomicU64,
+    /// Lines kept by an earlier process found at start (`cache_persistent`).
+    pub lines_restored: AtomicU64,
+    /// Restored lines whose bytes failed their checksum at first read.
+    pub lines_rejected: AtomicU64,
 }
 
 /// Adds `n` to a counter. Relaxed: counters order nothing, they are only summed.
@@ -39,6 +43,8 @@ impl Counters {
             uncached_reads: get(&self.uncached_reads),
             bytes_from_cache: get(&self.bytes_from_cache),
             bytes_from_backend: get(&self.bytes_from_backend),
+            lines_restored: get(&self.lines_restored),
+            lines_rejected: get(&self.lines_rejected),
             ..CacheStats::default()
         }
     }

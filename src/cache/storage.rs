@@ -74,15 +74,42 @@ pub(super) fn open(
 ) -> Result<Arc<dyn LineStorage>, CacheError> {
     Ok(match mode {
         CacheStorage::Ram => Arc::new(MappedLines::anonymous(line_size, lines)?),
-        CacheStorage::MappedFile => {
-            Arc::new(MappedLines::file(&dir.join("lines"), line_size, lines)?)
-        }
+        CacheStorage::MappedFile => Arc::new(MappedLines::file(
+            &dir.join("lines"),
+            line_size,
+            lines,
+            FileOrigin::New,
+        )?),
         CacheStorage::PerInodeFile => Arc::new(PerInodeFiles {
             dir: dir.to_path_buf(),
             line_size: line_size as u64,
             files: Mutex::new(HashMap::new()),
         }),
     })
+}
+
+/// Opens the line file of a persistent cache in `dir` (see `persist`), keeping what an earlier
+/// process left in it: `mapped-file` storage over a file that outlives the process.
+pub(super) fn open_kept(
+    dir: &Path,
+    line_size: usize,
+    lines: usize,
+) -> Result<Arc<dyn LineStorage>, CacheError> {
+    Ok(Arc::new(MappedLines::file(
+        &dir.join(super::persist::LINES_FILE),
+        line_size,
+        lines,
+        FileOrigin::Kept,
+    )?))
+}
+
+/// Whether a line file is made for this process or kept from an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileOrigin {
+    /// Created anew in the cache's private directory.
+    New,
+    /// A persistent cache's file, reused as found (created if missing).
+    Kept,
 }
 
 /// `lines` × `line_size` bytes in one mapping: anonymous memory (`ram`) or one shared file
@@ -129,7 +156,12 @@ impl MappedLines {
         Ok(MappedLines::over(map, None, line_size, lines, INLINE_RAM))
     }
 
-    fn file(path: &Path, line_size: usize, lines: usize) -> Result<MappedLines, CacheError> {
+    fn file(
+        path: &Path,
+        line_size: usize,
+        lines: usize,
+        origin: FileOrigin,
+    ) -> Result<MappedLines, CacheError> {
         let len = total_len(line_size, lines)?;
         let file_error = |source| CacheError::CreateFile {
             path: path.to_path_buf(),
@@ -138,14 +170,19 @@ impl MappedLines {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create_new(true)
+            .create_new(origin == FileOrigin::New)
+            .create(origin == FileOrigin::Kept)
+            .truncate(false)
             .open(path)
             .map_err(file_error)?;
-        // Sparse: blocks are allocated only as lines are written.
+        // Sparse: blocks are allocated only as lines are written. A kept file already has this
+        // length (its geometry is checked against the index before it is opened).
         file.set_len(len as u64).map_err(file_error)?;
-        // SAFETY: the file was just created (create_new) in the cache's private 0700 directory,
-        // and nothing else opens, writes or truncates it, so the mapping cannot change under us
-        // except through `MappedLines` itself.
+        // SAFETY: the file lives in a 0700 directory of msfs's own: created just now
+        // (create_new) in the cache's private directory, or a persistent cache's file, opened
+        // only by the process that holds the lock on its index (`persist`). Nothing else opens,
+        // writes or truncates it, so the mapping cannot change under us except through
+        // `MappedLines` itself.
         let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(|source| {
             CacheError::Map {
                 what: path.display().to_string(),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::persist::{Check, RestoredLine};
 use crate::store::StoreError;
 
 pub(super) type SlotId = u32;
@@ -67,10 +68,10 @@ enum Phase {
 
 /// The full name of one cached object version.
 #[derive(Debug)]
-struct ObjectName {
-    store: String,
-    key: String,
-    etag: String,
+pub(super) struct ObjectName {
+    pub store: String,
+    pub key: String,
+    pub etag: String,
 }
 
 #[derive(Debug)]
@@ -79,6 +80,9 @@ struct Slot {
     owner: Option<(Arc<ObjectName>, Placement)>,
     pins: u32,
     detached: bool,
+    /// A clean line restored from an earlier process's persistent cache whose bytes nobody
+    /// has checked yet (see `persist`): a reader checks them before serving them.
+    unverified: Option<Check>,
     in_lru: bool,
     /// Towards the most recently used end.
     newer: SlotId,
@@ -101,6 +105,9 @@ type Versions = HashMap<String, ObjectLines>;
 pub(super) enum Pinned {
     Ready(Placement),
     Inbound(Placement, Flight),
+    /// Clean, but restored and not yet checked: the reader checks it, then calls
+    /// [`Table::verified`] or [`Table::reject`].
+    Unverified(Placement, Check),
 }
 
 /// A slot claimed for a new line, and the line it evicted to make room, if any.
@@ -131,6 +138,7 @@ impl Table {
                 owner: None,
                 pins: 0,
                 detached: false,
+                unverified: None,
                 in_lru: false,
                 newer: NIL,
                 older: NIL,
@@ -168,8 +176,12 @@ impl Table {
     pub fn pin(&mut self, store: &str, key: &str, etag: &str, line: u64) -> Option<Pinned> {
         let id = self.find(store, key, etag, line)?;
         let placement = self.placement(id);
-        let pinned = match &self.slots[id as usize].phase {
-            Phase::Ready => Pinned::Ready(placement),
+        let slot = &self.slots[id as usize];
+        let pinned = match &slot.phase {
+            Phase::Ready => match slot.unverified {
+                Some(check) => Pinned::Unverified(placement, check),
+                None => Pinned::Ready(placement),
+            },
             Phase::Inbound(flight) => Pinned::Inbound(placement, flight.clone()),
             // The catalog only points at ready or inbound slots.
             Phase::Free | Phase::Failed => return None,
@@ -193,10 +205,11 @@ impl Table {
         let ids = (0..lines)
             .map(|line| object.lines.get(&line).copied())
             .collect::<Option<Vec<SlotId>>>()?;
-        if !ids
-            .iter()
-            .all(|&id| matches!(self.slots[id as usize].phase, Phase::Ready))
-        {
+        let clean = |id: SlotId| {
+            let slot = &self.slots[id as usize];
+            matches!(slot.phase, Phase::Ready) && slot.unverified.is_none()
+        };
+        if !ids.iter().all(|&id| clean(id)) {
             return None;
         }
         Some(
@@ -303,7 +316,61 @@ impl Table {
         slot.owner = Some((name, placement));
         slot.pins = pins;
         slot.detached = false;
+        slot.unverified = None;
         placement
+    }
+
+    /// Puts lines kept by an earlier process back in their slots, clean and unverified, before
+    /// anything else uses the table. Skips a slot already taken and a line already present
+    /// (an index may name one line in two slots: refetched before the old slot was reused).
+    /// Returns how many were restored.
+    pub fn restore(&mut self, lines: Vec<RestoredLine>) -> usize {
+        let mut restored = 0;
+        for line in lines {
+            let id = line.slot;
+            let name = (line.store.as_str(), line.key.as_str(), line.etag.as_str());
+            let taken = self
+                .slots
+                .get(id as usize)
+                .is_none_or(|slot| !matches!(slot.phase, Phase::Free));
+            if taken || self.contains(name.0, name.1, name.2, line.line) {
+                continue;
+            }
+            let (_, flight) = watch::channel(Progress::default());
+            self.install(id, name, line.line, flight, 0);
+            let slot = &mut self.slots[id as usize];
+            slot.phase = Phase::Ready;
+            slot.unverified = Some(line.check);
+            self.lru_push(id);
+            restored += 1;
+        }
+        let slots = &self.slots;
+        self.free
+            .retain(|&id| matches!(slots[id as usize].phase, Phase::Free));
+        restored
+    }
+
+    /// A restored line's bytes passed their check: it is an ordinary clean line from now on.
+    pub fn verified(&mut self, id: SlotId) {
+        self.slots[id as usize].unverified = None;
+    }
+
+    /// A restored line's bytes failed their check: it leaves the catalog (the next read fetches
+    /// it) and its slot is freed once its readers are gone.
+    pub fn reject(&mut self, id: SlotId) {
+        if self.slots[id as usize].unverified.take().is_some() {
+            self.detach(id);
+        }
+    }
+
+    /// The name of the object whose line an inbound slot's fill just completed, if the line is
+    /// still in the catalog (worth keeping for the next process).
+    pub fn attached_name(&self, id: SlotId) -> Option<Arc<ObjectName>> {
+        let slot = &self.slots[id as usize];
+        if slot.detached {
+            return None;
+        }
+        slot.owner.as_ref().map(|(name, _)| Arc::clone(name))
     }
 
     /// The fill of an inbound slot stored the whole line. Returns the placement to release if the
@@ -403,6 +470,7 @@ impl Table {
         debug_assert!(slot.detached && slot.pins == 0 && !slot.in_lru);
         slot.phase = Phase::Free;
         slot.detached = false;
+        slot.unverified = None;
         let released = slot.owner.take().map(|(_, placement)| placement);
         self.free.push(id);
         released

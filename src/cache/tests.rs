@@ -40,6 +40,7 @@ fn config(storage: CacheStorage, lines: u64, prefetch: u64, dir: &std::path::Pat
         lines,
         lines_to_prefetch: prefetch,
         dir_path: Some(dir.to_path_buf()),
+        persistent: false,
         write_cache_promotion: false,
     }
 }

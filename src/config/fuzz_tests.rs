@@ -56,6 +56,7 @@ const TOP_KEYS: &[&str] = &[
     "cache_lines",
     "cache_lines_to_prefetch",
     "cache_dir_path",
+    "cache_persistent",
     "write_cache_promotion",
     "multipart_upload_threshold_bytes",
     "write_commit_workers",
@@ -349,6 +350,7 @@ fn plausible(key: &str) -> BoxedStrategy<Value> {
         "allow_other"
         | "mapped_cache"
         | "write_cache_promotion"
+        | "cache_persistent"
         | "readonly"
         | "flush_on_close"
         | "use_config_env"

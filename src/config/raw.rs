@@ -41,6 +41,7 @@ pub(super) struct V1 {
     pub cache_lines: Option<Whole<u64>>,
     pub cache_lines_to_prefetch: Option<Whole<u64>>,
     pub cache_dir_path: Option<Text>,
+    pub cache_persistent: Option<Flag>,
     pub write_cache_promotion: Option<Flag>,
     pub multipart_upload_threshold_bytes: Option<Whole<u64>>,
     pub write_commit_workers: Option<Whole<usize>>,

@@ -83,6 +83,9 @@ pub struct CacheConfig {
     pub lines_to_prefetch: u64,
     /// Parent of the mount's private cache directory; `None` means the system temp dir.
     pub dir_path: Option<PathBuf>,
+    /// Keep lines on disk across restarts (a fixed directory under `dir_path`, indexed; see
+    /// `cache::persist`). Only with `MappedFile` storage and an explicit `dir_path`.
+    pub persistent: bool,
     /// Keep committed write bytes in the cache so they read back without a download.
     pub write_cache_promotion: bool,
 }

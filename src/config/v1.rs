@@ -76,6 +76,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
             lines: d::CACHE_LINES,
             lines_to_prefetch: d::CACHE_LINES_TO_PREFETCH,
             dir_path: None,
+            persistent: false,
             write_cache_promotion: d::WRITE_CACHE_PROMOTION,
         },
         multipart_upload_threshold_bytes: d::MULTIPART_UPLOAD_THRESHOLD_BYTES,
@@ -385,12 +386,31 @@ fn parse_cache(
     if !dir_path.is_empty() {
         check_absolute(s, "cache_dir_path", &dir_path)?;
     }
+    let persistent = raw.cache_persistent.value_or(false);
+    if persistent && storage != CacheStorage::MappedFile {
+        return Err(s.invalid(
+            "cache_persistent",
+            format!(
+                "needs cache_storage: mapped-file (lines kept across restarts live in one file); \
+                 cache_storage is {}",
+                storage_name(storage)
+            ),
+        ));
+    }
+    if persistent && dir_path.is_empty() {
+        return Err(s.invalid(
+            "cache_persistent",
+            "needs cache_dir_path: the lines outlive the process there, and the system temp \
+             directory is no place to keep them",
+        ));
+    }
     Ok(CacheConfig {
         storage,
         line_size,
         lines,
         lines_to_prefetch,
         dir_path: (!dir_path.is_empty()).then(|| PathBuf::from(dir_path)),
+        persistent,
         write_cache_promotion: raw.write_cache_promotion.value_or(d::WRITE_CACHE_PROMOTION),
     })
 }

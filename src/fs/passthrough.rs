@@ -284,6 +284,7 @@ mod tests {
             lines: 64,
             lines_to_prefetch: 0,
             dir_path: Some(dir.to_path_buf()),
+            persistent: false,
             write_cache_promotion: false,
         })
         .expect("cache");

@@ -41,6 +41,10 @@ pub struct CacheStats {
     pub bytes_from_cache: u64,
     /// Bytes received from the backend: line fetches plus uncached reads.
     pub bytes_from_backend: u64,
+    /// Lines kept by an earlier process (`cache_persistent`) put back at start.
+    pub lines_restored: u64,
+    /// Restored lines whose bytes failed their checksum at first read, and were fetched again.
+    pub lines_rejected: u64,
     /// Slots holding a line (clean, being fetched, or draining its last readers); at most
     /// `lines_capacity`.
     pub lines_resident: u64,
@@ -53,7 +57,7 @@ pub struct CacheStats {
 /// A cache's counters and occupancy, from [`CacheStatsSource::cache_stats`] at every collection.
 pub(crate) fn observe_cache(meter: &Meter, cache: Arc<dyn CacheStatsSource>) -> Vec<Registration> {
     type Stat = fn(&CacheStats) -> u64;
-    let counters: [(&'static str, &'static str, Stat); 9] = [
+    let counters: [(&'static str, &'static str, Stat); 11] = [
         (names::CACHE_HITS, "Cache lines found clean", |s| s.hits),
         (
             names::CACHE_MISSES,
@@ -92,6 +96,16 @@ pub(crate) fn observe_cache(meter: &Meter, cache: Arc<dyn CacheStatsSource>) -> 
             names::CACHE_BYTES_FROM_BACKEND,
             "Bytes fetched from object stores into the cache",
             |s| s.bytes_from_backend,
+        ),
+        (
+            names::CACHE_LINES_RESTORED,
+            "Cache lines kept by an earlier process, found at start",
+            |s| s.lines_restored,
+        ),
+        (
+            names::CACHE_LINES_REJECTED,
+            "Restored cache lines that failed their checksum and were fetched again",
+            |s| s.lines_rejected,
         ),
     ];
     let gauges: [(&'static str, &'static str, Stat); 4] = [

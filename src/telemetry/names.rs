@@ -18,6 +18,8 @@ pub const CACHE_FETCH_FAILURES: &str = "msfs.cache.fetch_failures";
 pub const CACHE_UNCACHED_READS: &str = "msfs.cache.uncached_reads";
 pub const CACHE_BYTES_FROM_CACHE: &str = "msfs.cache.bytes_from_cache";
 pub const CACHE_BYTES_FROM_BACKEND: &str = "msfs.cache.bytes_from_backend";
+pub const CACHE_LINES_RESTORED: &str = "msfs.cache.lines_restored";
+pub const CACHE_LINES_REJECTED: &str = "msfs.cache.lines_rejected";
 pub const CACHE_BYTES_RESIDENT: &str = "msfs.cache.bytes_resident";
 pub const CACHE_LINES_RESIDENT: &str = "msfs.cache.lines_resident";
 pub const CACHE_LINES_CAPACITY: &str = "msfs.cache.lines_capacity";
@@ -77,6 +79,8 @@ pub const UNITS: &[(&str, &str)] = &[
     (CACHE_UNCACHED_READS, ""),
     (CACHE_BYTES_FROM_CACHE, UNIT_BYTES),
     (CACHE_BYTES_FROM_BACKEND, UNIT_BYTES),
+    (CACHE_LINES_RESTORED, ""),
+    (CACHE_LINES_REJECTED, ""),
     (CACHE_BYTES_RESIDENT, UNIT_BYTES),
     (CACHE_LINES_RESIDENT, ""),
     (CACHE_LINES_CAPACITY, ""),

@@ -196,3 +196,20 @@ fn passthrough_needs_per_object_cache_files_and_no_writeback_cache() {
          passthrough only without its writeback cache"
     );
 }
+
+#[test]
+fn a_persistent_cache_needs_one_mapped_file_and_a_directory_of_its_own() {
+    assert_eq!(
+        error(
+            "c.yaml",
+            "msfs_version: 1\ncache_persistent: true\ncache_storage: ram\n"
+        ),
+        "c.yaml: cache_persistent: needs cache_storage: mapped-file (lines kept across restarts \
+         live in one file); cache_storage is ram"
+    );
+    assert_eq!(
+        error("c.yaml", "msfs_version: 1\ncache_persistent: true\n"),
+        "c.yaml: cache_persistent: needs cache_dir_path: the lines outlive the process there, \
+         and the system temp directory is no place to keep them"
+    );
+}

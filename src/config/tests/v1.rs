@@ -97,6 +97,7 @@ fn full_v1_expected(source: &str) -> Config {
             lines: 64,
             lines_to_prefetch: 2,
             dir_path: Some("/var/cache/msfs".into()),
+            persistent: false,
             write_cache_promotion: true,
         },
         multipart_upload_threshold_bytes: 8_388_608,
@@ -245,6 +246,7 @@ fn v1_defaults_match_the_reference_table() {
             lines: 128,
             lines_to_prefetch: 4,
             dir_path: None,
+            persistent: false,
             write_cache_promotion: false,
         }
     );

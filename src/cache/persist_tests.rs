@@ -1,0 +1,221 @@
+//! The persistent cache (`cache_persistent`): lines outlive the cache that fetched them, are
+//! served to the next one only for the same object version and only once their checksum holds,
+//! and one directory serves one cache at a time.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::persist::{DIR_NAME, LINES_FILE};
+use super::tests::{LINE, patterned};
+use super::{LineCache, ObjectReader, ObjectVersion};
+use crate::config::{CacheConfig, CacheStorage};
+use crate::store::ObjectStore;
+use crate::store::testing::TestStore;
+
+const LINES: u64 = 16;
+
+fn persistent(parent: &Path, lines: u64) -> Arc<LineCache> {
+    LineCache::new(&CacheConfig {
+        storage: CacheStorage::MappedFile,
+        line_size: LINE,
+        lines,
+        lines_to_prefetch: 0,
+        dir_path: Some(parent.to_path_buf()),
+        persistent: true,
+        write_cache_promotion: false,
+    })
+    .expect("persistent cache")
+}
+
+/// A store over a directory, and objects written into it.
+struct Objects {
+    dir: tempfile::TempDir,
+    test_store: Arc<TestStore>,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl Objects {
+    fn new() -> Objects {
+        let dir = tempfile::tempdir().expect("data dir");
+        let test_store = TestStore::new(dir.path(), "test-store");
+        Objects {
+            dir,
+            store: test_store.clone(),
+            test_store,
+        }
+    }
+
+    async fn put(&self, key: &str, len: u64, seed: u8) -> ObjectVersion {
+        std::fs::write(self.dir.path().join(key), patterned(seed, len)).expect("write object");
+        let meta = self.store.head(key).await.expect("head").expect("exists");
+        ObjectVersion {
+            key: meta.key,
+            etag: meta.etag,
+            size: meta.size,
+        }
+    }
+
+    async fn read_all(&self, cache: &LineCache, object: &ObjectVersion) -> Vec<u8> {
+        cache
+            .read(&self.store, object, 0..object.size, false)
+            .await
+            .expect("read")
+            .to_vec()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_outlive_the_cache_and_are_served_without_a_fetch() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    // Four whole lines and a short last one.
+    let object = objects.put("obj", 4 * LINE + 100, 3).await;
+    let first = persistent(parent.path(), LINES);
+    assert_eq!(first.dir(), parent.path().join(DIR_NAME));
+    assert_eq!(
+        objects.read_all(&first, &object).await,
+        patterned(3, object.size)
+    );
+    drop(first);
+    let fetched = objects.test_store.gets_of("obj");
+    assert_eq!(fetched, 5, "one GET per line");
+
+    let second = persistent(parent.path(), LINES);
+    assert_eq!(second.stats().lines_restored, 5);
+    assert_eq!(second.stats().lines_resident, 5);
+    assert_eq!(
+        objects.read_all(&second, &object).await,
+        patterned(3, object.size)
+    );
+    assert_eq!(
+        objects.test_store.gets_of("obj"),
+        fetched,
+        "a kept line was fetched again"
+    );
+    assert_eq!(second.stats().lines_rejected, 0);
+    // A third generation finds them too (the second kept its index as it found it).
+    drop(second);
+    let third = persistent(parent.path(), LINES);
+    assert_eq!(third.stats().lines_restored, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_object_is_read_anew_never_from_kept_lines() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let old = objects.put("obj", 3 * LINE, 1).await;
+    let first = persistent(parent.path(), LINES);
+    objects.read_all(&first, &old).await;
+    drop(first);
+    // Another writer replaces the object between the two processes.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let new = objects.put("obj", 3 * LINE, 2).await;
+    assert_ne!(
+        old.etag, new.etag,
+        "the test store gives a new version a new ETag"
+    );
+    let second = persistent(parent.path(), LINES);
+    let before = objects.test_store.gets_of("obj");
+    assert_eq!(
+        objects.read_all(&second, &new).await,
+        patterned(2, new.size)
+    );
+    assert_eq!(objects.test_store.gets_of("obj") - before, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_corrupted_on_disk_is_detected_and_fetched_again() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let object = objects.put("obj", 2 * LINE, 5).await;
+    let first = persistent(parent.path(), LINES);
+    objects.read_all(&first, &object).await;
+    drop(first);
+    // Slots are handed out from 0: the object's two lines are in slots 0 and 1. Flip one byte
+    // of the second, as a bad disk block or a torn write would.
+    let path = parent.path().join(DIR_NAME).join(LINES_FILE);
+    let mut bytes = std::fs::read(&path).expect("line file");
+    bytes[LINE as usize + 17] ^= 0xff;
+    std::fs::write(&path, bytes).expect("corrupt the line file");
+
+    let second = persistent(parent.path(), LINES);
+    assert_eq!(second.stats().lines_restored, 2);
+    let before = objects.test_store.gets_of("obj");
+    assert_eq!(
+        objects.read_all(&second, &object).await,
+        patterned(5, object.size)
+    );
+    assert_eq!(second.stats().lines_rejected, 1);
+    assert_eq!(
+        objects.test_store.gets_of("obj") - before,
+        1,
+        "only the corrupted line is fetched"
+    );
+    // Fetched again, the line is an ordinary clean line: the next read is a hit.
+    objects.read_all(&second, &object).await;
+    assert_eq!(objects.test_store.gets_of("obj") - before, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_geometry_starts_empty() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let object = objects.put("obj", 2 * LINE, 5).await;
+    let first = persistent(parent.path(), LINES);
+    objects.read_all(&first, &object).await;
+    drop(first);
+    let resized = persistent(parent.path(), LINES * 2);
+    assert_eq!(resized.stats().lines_restored, 0);
+    assert_eq!(
+        objects.read_all(&resized, &object).await,
+        patterned(5, object.size)
+    );
+    drop(resized);
+    // And the new geometry is what the next cache finds.
+    let again = persistent(parent.path(), LINES * 2);
+    assert_eq!(again.stats().lines_restored, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_cache_over_the_same_directory_gets_a_private_one() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let object = objects.put("obj", 2 * LINE, 9).await;
+    let first = persistent(parent.path(), LINES);
+    let second = persistent(parent.path(), LINES);
+    assert_ne!(second.dir(), first.dir(), "two caches share one line file");
+    // Both work, each in its own lines.
+    assert_eq!(
+        objects.read_all(&first, &object).await,
+        patterned(9, object.size)
+    );
+    assert_eq!(
+        objects.read_all(&second, &object).await,
+        patterned(9, object.size)
+    );
+    let private = second.dir().to_path_buf();
+    drop(second);
+    assert!(
+        !private.exists(),
+        "the private fallback is removed like any"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_holds_across_restarts() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    // Twice the capacity, read through: only the last LINES lines can be kept.
+    let object = objects.put("big", 2 * LINES * LINE, 4).await;
+    let first = persistent(parent.path(), LINES);
+    objects.read_all(&first, &object).await;
+    drop(first);
+    let second = persistent(parent.path(), LINES);
+    assert_eq!(second.stats().lines_restored, LINES);
+    assert_eq!(
+        objects.read_all(&second, &object).await,
+        patterned(4, object.size)
+    );
+    assert!(second.stats().lines_resident <= LINES);
+    assert_eq!(second.stats().lines_rejected, 0);
+}

@@ -99,10 +99,12 @@ class Filesystem(ABC):
         texts = [p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log"))]
         return "\n".join("\n".join(texts).splitlines()[-lines:])
 
-    def mount(self) -> None:
-        """Mounts with an empty cache, waits for the mount, applies the FUSE tuning."""
-        shutil.rmtree(self.cache_dir, ignore_errors=True)
-        self.cache_dir.mkdir(parents=True)
+    def mount(self, keep_cache: bool = False) -> None:
+        """Mounts with an empty cache (or, with `keep_cache`, over what the cache directory
+        holds), waits for the mount, applies the FUSE tuning."""
+        if not keep_cache:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.pid = self._start()
         deadline = time.monotonic() + self.mount_timeout
         while not is_mounted(self.mountpoint):
@@ -135,6 +137,11 @@ class Filesystem(ABC):
     def remount(self) -> None:
         self.unmount()
         self.mount()
+
+    def restart(self) -> None:
+        """A new process over the same cache directory, as after a crash or an upgrade."""
+        self.unmount()
+        self.mount(keep_cache=True)
 
 
 class ForegroundFilesystem(Filesystem):
@@ -251,6 +258,17 @@ class MsfsPassthrough(Msfs):
 
     def settings(self, writable: bool | None = None) -> dict[str, Any]:
         return {**super().settings(writable), "cache_storage": "per-inode-file", "fuse_passthrough": True}
+
+
+class MsfsPersistent(Msfs):
+    """msfs with `cache_persistent: true` (off by default): its cached lines outlive the
+    process, so a restart reads them back from its cache directory instead of the server
+    (issue #22; the `restart-warm` workload)."""
+
+    name = "msfs-persistent"
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        return {**super().settings(writable), "cache_persistent": True}
 
 
 def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
@@ -473,6 +491,7 @@ PEERS: dict[str, type[Filesystem]] = {
     "msfs-no-holder": MsfsWithoutHolder,
     "msfs-writeback": MsfsWriteback,
     "msfs-passthrough": MsfsPassthrough,
+    "msfs-persistent": MsfsPersistent,
     "mount-s3": MountS3,
     "s3fs": S3fs,
     "rclone": Rclone,

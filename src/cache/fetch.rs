@@ -256,13 +256,15 @@ impl Streaming {
         }
         let part = &chunk[(from - offset) as usize + (self.filled - lo)..(to - offset) as usize];
         self.written = fill.write(self.filled, part);
-        if self.written.is_ok() {
-            self.filled = hi;
-            fill.advance(hi);
+        if self.written.is_err() {
+            return;
         }
-        if self.filled == self.len
-            && let Some(fill) = self.fill.take()
-        {
+        self.filled = hi;
+        if self.filled < self.len {
+            fill.advance(hi);
+        } else if let Some(fill) = self.fill.take() {
+            // Settled rather than advanced: its waiters wake once the line is clean (and, in a
+            // persistent cache, queued for the index), never before.
             fill.finish(Ok(()));
         }
     }

@@ -122,7 +122,15 @@ pub(super) fn open(
             );
             return Ok(None);
         }
-        Err(e) => return Err(index_error(e.into())),
+        Err(e) => {
+            // A damaged index costs the kept lines, never the mount: start the cache anew.
+            tracing::warn!(path = %index_path.display(), error = %e,
+                "cannot read the persistent cache's index; starting the cache empty");
+            for file in [INDEX_FILE, LINES_FILE] {
+                remove_if_present(&dir.join(file))?;
+            }
+            Database::create(&index_path).map_err(|e| index_error(e.into()))?
+        }
     };
     let geometry = [
         (META_FORMAT, FORMAT),
@@ -134,15 +142,7 @@ pub(super) fn open(
     } else {
         // Another geometry, another format, or a new directory: no line is where the index
         // says. The line file is laid out anew by the storage (same name, new size).
-        match std::fs::remove_file(dir.join(LINES_FILE)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(CacheError::CreateFile {
-                    path: dir.join(LINES_FILE),
-                    source: e,
-                });
-            }
-            _ => {}
-        }
+        remove_if_present(&dir.join(LINES_FILE))?;
         reset(&db, &geometry).map_err(index_error)?;
         Vec::new()
     };
@@ -163,6 +163,16 @@ pub(super) fn open(
         },
         restored,
     }))
+}
+
+fn remove_if_present(path: &Path) -> Result<(), CacheError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(CacheError::CreateFile {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }
 
 impl Persisted {

@@ -219,3 +219,27 @@ async fn capacity_holds_across_restarts() {
     assert!(second.stats().lines_resident <= LINES);
     assert_eq!(second.stats().lines_rejected, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_index_costs_the_kept_lines_not_the_mount() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let object = objects.put("obj", 2 * LINE, 6).await;
+    let first = persistent(parent.path(), LINES);
+    objects.read_all(&first, &object).await;
+    drop(first);
+    std::fs::write(
+        parent.path().join(DIR_NAME).join("index.redb"),
+        b"not a redb file at all",
+    )
+    .expect("damage the index");
+    let second = persistent(parent.path(), LINES);
+    assert_eq!(second.stats().lines_restored, 0);
+    assert_eq!(
+        objects.read_all(&second, &object).await,
+        patterned(6, object.size)
+    );
+    drop(second);
+    // The index made anew works like any.
+    assert_eq!(persistent(parent.path(), LINES).stats().lines_restored, 2);
+}

@@ -29,6 +29,7 @@ pub const EXPECTATIONS: &[(&str, Expectation)] = &[
     ),
     ("example-pv-anonymous", |d, s| example_pv(d, s, "anonymous")),
     ("hostpath-ram-cache", host_path_cache_sizes_memory),
+    ("persistent-cache-on-the-node", persistent_cache_on_the_node),
     ("per-inode-file-size-limit", per_inode_cache_on_disk),
     ("metrics-everywhere", service_monitor_and_otlp_endpoint),
     ("metrics-off", metrics_off_leaves_no_address_or_service),
@@ -156,6 +157,24 @@ fn host_path_cache_sizes_memory(docs: &[Value], scenario: &str) {
         str_at(pod.plugin.value, "resources.limits.memory"),
         Some("4352Mi"),
         "memory is sized from cacheLineSize x cacheLines"
+    );
+}
+
+fn persistent_cache_on_the_node(docs: &[Value], scenario: &str) {
+    let config = at(only(docs, "ConfigMap", scenario), "data")["config.yaml"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        config
+            .lines()
+            .any(|line| line.trim() == "cache_persistent: true"),
+        "nodeConfig.cachePersistent reaches the node config:\n{config}"
+    );
+    let pod = NodePod::in_docs(docs, scenario);
+    assert_eq!(
+        str_at(pod.volume("cache").expect("cache volume"), "hostPath.path"),
+        Some("/var/cache/msfs-csi"),
+        "the kept lines live on the node, so an upgrade (a new pod) finds them"
     );
 }
 

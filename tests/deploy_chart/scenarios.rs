@@ -125,6 +125,13 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "persistent-cache-on-the-node",
+        sets: &[
+            "nodeConfig.cachePersistent=true",
+            "nodeConfig.cacheVolume.type=hostPath",
+        ],
+    },
+    Scenario {
         name: "per-inode-file-size-limit",
         sets: &[
             "nodeConfig.cacheStorage=per-inode-file",
@@ -182,6 +189,17 @@ pub const REFUSED_VALUES: &[(&[&str], &str)] = &[
         "writeDirtyLimitBytes",
     ),
     (&["nodeConfig.cacheDirPath=cache"], "cacheDirPath"),
+    (
+        &[
+            "nodeConfig.cachePersistent=true",
+            "nodeConfig.cacheStorage=ram",
+        ],
+        "cachePersistent",
+    ),
+    (
+        &["nodeConfig.extra.cache_persistent=true"],
+        "cache_persistent",
+    ),
     (
         &["nodeConfig.cacheVolume.type=persistentVolumeClaim"],
         "cacheVolume",

@@ -56,6 +56,14 @@ def sequential(scale: Scale) -> list[Workload]:
             unit=Unit.MIB_S, state=State.WARM, dataset="large", io="buffered",
             on_fs=on_fs, on_raw=on_raw, raw_note=raw_note, est_seconds=est,
         ),
+        Workload(
+            name="restart-warm", family="sequential", title=f"after a restart, {size}",
+            description=f"The same {size} object read once, the peer's process restarted over "
+            "the same cache directory (as after a crash or an upgrade), its page cache evicted, "
+            "then read again: a peer that keeps its cache answers from disk, the others fetch.",
+            unit=Unit.MIB_S, state=State.RESTARTED, dataset="large", io="buffered",
+            on_fs=on_fs, on_raw=on_raw, raw_note=raw_note, est_seconds=3 * est,
+        ),
     ]
 
 

@@ -41,6 +41,9 @@ class State(Enum):
     #                (every write cell is cold: it starts from a fresh writable mount)
     WARM = "warm"  # once per mount: read the data set through the peer; every run: evict the
     #                mount's page cache for it, so the peer's own cache answers
+    RESTARTED = "restarted"  # every run: read the data set through the peer, restart the peer's
+    #                          process (its cache directory kept), evict the mount's page cache:
+    #                          what a peer keeps across a restart answers, the rest is cold
     OWN = "own"  # the workload starts, stops and makes cold everything it measures itself (the
     #              manifest runs: msfs processes of their own on a PSEUDO namespace); the runner
     #              does nothing around it

@@ -74,6 +74,9 @@ Defaults: 256 + 10485760 x 128 / 1048576 = 256 + 1280 = 1536 MiB.
 {{- if ge (int64 $c.cacheLinesToPrefetch) (int64 $c.cacheLines) -}}
 {{- fail (printf "nodeConfig.cacheLinesToPrefetch (%d) must be less than nodeConfig.cacheLines (%d): read-ahead filling the cache would evict the line being read" (int64 $c.cacheLinesToPrefetch) (int64 $c.cacheLines)) -}}
 {{- end -}}
+{{- if and $c.cachePersistent (ne $c.cacheStorage "mapped-file") -}}
+{{- fail (printf "nodeConfig.cachePersistent needs nodeConfig.cacheStorage mapped-file (got %s): the kept lines live in one file" $c.cacheStorage) -}}
+{{- end -}}
 {{- $config := dict
   "msfs_version" 1
   "cache_line_size" (int64 $c.cacheLineSize)
@@ -81,6 +84,7 @@ Defaults: 256 + 10485760 x 128 / 1048576 = 256 + 1280 = 1536 MiB.
   "cache_lines_to_prefetch" (int64 $c.cacheLinesToPrefetch)
   "cache_storage" $c.cacheStorage
   "cache_dir_path" $c.cacheDirPath
+  "cache_persistent" $c.cachePersistent
   "fuse_workers" (int64 $c.fuseWorkers)
   "write_commit_workers" (int64 $c.writeCommitWorkers)
   "write_dirty_limit_bytes" (int64 $c.writeDirtyLimitBytes)

@@ -64,6 +64,21 @@ impl Objects {
     }
 }
 
+/// An object of `len` bytes of `seed`, read whole through a persistent cache in a fresh parent
+/// directory which is then dropped: what the next process finds.
+async fn read_by_a_first_cache(len: u64, seed: u8) -> (tempfile::TempDir, Objects, ObjectVersion) {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let object = objects.put("obj", len, seed).await;
+    let first = persistent(parent.path(), LINES);
+    assert_eq!(
+        objects.read_all(&first, &object).await,
+        patterned(seed, len)
+    );
+    drop(first);
+    (parent, objects, object)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_outlive_the_cache_and_are_served_without_a_fetch() {
     let parent = tempfile::tempdir().expect("cache parent");
@@ -101,12 +116,7 @@ async fn lines_outlive_the_cache_and_are_served_without_a_fetch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_object_is_read_anew_never_from_kept_lines() {
-    let parent = tempfile::tempdir().expect("cache parent");
-    let objects = Objects::new();
-    let old = objects.put("obj", 3 * LINE, 1).await;
-    let first = persistent(parent.path(), LINES);
-    objects.read_all(&first, &old).await;
-    drop(first);
+    let (parent, objects, old) = read_by_a_first_cache(3 * LINE, 1).await;
     // Another writer replaces the object between the two processes.
     std::thread::sleep(std::time::Duration::from_millis(20));
     let new = objects.put("obj", 3 * LINE, 2).await;
@@ -125,12 +135,7 @@ async fn a_replaced_object_is_read_anew_never_from_kept_lines() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_corrupted_on_disk_is_detected_and_fetched_again() {
-    let parent = tempfile::tempdir().expect("cache parent");
-    let objects = Objects::new();
-    let object = objects.put("obj", 2 * LINE, 5).await;
-    let first = persistent(parent.path(), LINES);
-    objects.read_all(&first, &object).await;
-    drop(first);
+    let (parent, objects, object) = read_by_a_first_cache(2 * LINE, 5).await;
     // Slots are handed out from 0: the object's two lines are in slots 0 and 1. Flip one byte
     // of the second, as a bad disk block or a torn write would.
     let path = parent.path().join(DIR_NAME).join(LINES_FILE);
@@ -158,12 +163,7 @@ async fn a_line_corrupted_on_disk_is_detected_and_fetched_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_geometry_starts_empty() {
-    let parent = tempfile::tempdir().expect("cache parent");
-    let objects = Objects::new();
-    let object = objects.put("obj", 2 * LINE, 5).await;
-    let first = persistent(parent.path(), LINES);
-    objects.read_all(&first, &object).await;
-    drop(first);
+    let (parent, objects, object) = read_by_a_first_cache(2 * LINE, 5).await;
     let resized = persistent(parent.path(), LINES * 2);
     assert_eq!(resized.stats().lines_restored, 0);
     assert_eq!(
@@ -222,12 +222,7 @@ async fn capacity_holds_across_restarts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_index_costs_the_kept_lines_not_the_mount() {
-    let parent = tempfile::tempdir().expect("cache parent");
-    let objects = Objects::new();
-    let object = objects.put("obj", 2 * LINE, 6).await;
-    let first = persistent(parent.path(), LINES);
-    objects.read_all(&first, &object).await;
-    drop(first);
+    let (parent, objects, object) = read_by_a_first_cache(2 * LINE, 6).await;
     std::fs::write(
         parent.path().join(DIR_NAME).join("index.redb"),
         b"not a redb file at all",

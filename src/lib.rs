@@ -18,4 +18,5 @@ pub mod manifest;
 pub mod private_dir;
 pub mod store;
 pub mod telemetry;
+pub mod warm;
 pub mod write;

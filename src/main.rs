@@ -103,6 +103,20 @@ enum Command {
     /// themselves only for read-only backends). Lists through the backend named by its
     /// AIStore `manifest_gen_backend`, when set.
     GenerateManifest(GenerateManifestArgs),
+    /// Fetch files of a running msfs mount into its cache before they are read, so that the
+    /// first pass over them is served from the cache. Refused when they would not fit in the
+    /// cache. Progress on a terminal; Ctrl-C stops it, keeping what is warm.
+    Warm {
+        /// Files (and, with --recursive, directories) on an msfs mount.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Warm every file under the directories given.
+        #[arg(short, long)]
+        recursive: bool,
+        /// Files warmed at once.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+        jobs: u32,
+    },
     /// Keep mounts' /dev/fuse descriptors open across restarts of the process serving them, so
     /// that their FUSE connections survive it. Stops on SIGTERM or SIGINT only once it holds
     /// no descriptor.
@@ -171,6 +185,22 @@ fn mount(
     let config = load_config(config)?;
     let mountpoint = daemon::choose_mountpoint(mountpoint.as_deref(), &config);
     daemon::run(config, mountpoint, survival).map_err(|e| e.to_string())
+}
+
+/// `msfs warm`: the summary on stdout, each file that failed on stderr; fails when any did or
+/// when cancelled.
+fn warm(options: msfs::warm::client::Options) -> Result<(), String> {
+    let summary = msfs::warm::client::run(&options)?;
+    // Each reason names its file.
+    for (_, why) in &summary.failed {
+        eprintln!("msfs warm: {why}");
+    }
+    println!("{summary}");
+    match (summary.failed.len(), summary.cancelled) {
+        (0, false) => Ok(()),
+        (0, true) => Err("warm: cancelled".into()),
+        (n, _) => Err(format!("warm: {n} file(s) could not be warmed")),
+    }
 }
 
 fn check_config(config: Option<PathBuf>) -> Result<(), String> {
@@ -403,6 +433,15 @@ fn main() -> ExitCode {
                 dry_run,
             }) => abort_uploads(config, backend, older_than_hours, dry_run),
             Some(Command::GenerateManifest(args)) => generate_manifest(args),
+            Some(Command::Warm {
+                paths,
+                recursive,
+                jobs,
+            }) => warm(msfs::warm::client::Options {
+                paths,
+                recursive,
+                jobs: jobs as usize,
+            }),
             Some(Command::FdHolder {
                 socket,
                 exit_when_empty,

@@ -166,3 +166,76 @@ async fn a_persistent_cache_outlives_the_process_and_never_serves_an_old_version
     );
     assert!(garage.s3_requests("GetObject") - before >= 9);
 }
+
+fn msfs_warm(args: &[&std::path::Path], flags: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_msfs"))
+        .arg("warm")
+        .args(flags)
+        .args(args)
+        .output()
+        .expect("run msfs warm")
+}
+
+/// `msfs warm`: a tree warmed through the mount is then read without a GET; a second warm
+/// finds it all cached; a directory needs --recursive, a file elsewhere is named, and more
+/// than the cache holds is refused before anything is fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msfs_warm_fetches_a_tree_so_that_reading_it_needs_no_get() {
+    let garage = Garage::start();
+    garage.create_bucket("warm-tree");
+    let objects = [
+        ("dir/a", pattern(3 * MIB + 5, 1)),
+        ("dir/sub/b", pattern(MIB, 2)),
+        ("dir/sub/c", pattern(10, 3)),
+        ("big", pattern(20 * MIB, 4)),
+    ];
+    for (key, body) in &objects {
+        garage.put_object("warm-tree", key, body.clone()).await;
+    }
+    let mount = mount_with_cache(&garage, "warm-tree", "mapped-file", 16);
+    let dir = mount.path().join("data/dir");
+
+    let refused = msfs_warm(&[&dir], &[]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("add --recursive"), "{stderr}");
+
+    let before = garage.s3_requests("GetObject");
+    let warmed = msfs_warm(&[&dir], &["--recursive", "--jobs", "3"]);
+    let stdout = String::from_utf8_lossy(&warmed.stdout);
+    assert!(
+        warmed.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&warmed.stderr)
+    );
+    assert!(stdout.contains("warmed 3 files"), "{stdout}");
+    let fetched = garage.s3_requests("GetObject") - before;
+    assert!(fetched >= 4, "{fetched} GETs for 5 lines");
+    for (key, body) in &objects[..3] {
+        assert!(
+            read_direct(&mount.path().join("data").join(key)) == *body,
+            "{key}"
+        );
+    }
+    assert_eq!(
+        garage.s3_requests("GetObject") - before,
+        fetched,
+        "a warmed file was fetched again when read"
+    );
+    let again = msfs_warm(&[&dir], &["-r"]);
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert!(stdout.contains("100% was already cached"), "{stdout}");
+    assert_eq!(garage.s3_requests("GetObject") - before, fetched);
+
+    // 20 MiB into a cache of 16 lines of 1 MiB.
+    let too_big = msfs_warm(&[&mount.path().join("data/big")], &[]);
+    assert!(!too_big.status.success());
+    let stderr = String::from_utf8_lossy(&too_big.stderr);
+    assert!(stderr.contains("would not fit in the cache"), "{stderr}");
+    assert_eq!(garage.s3_requests("GetObject") - before, fetched);
+
+    let elsewhere = tempfile::NamedTempFile::new().expect("temp file");
+    let outside = msfs_warm(&[elsewhere.path()], &[]);
+    let stderr = String::from_utf8_lossy(&outside.stderr);
+    assert!(stderr.contains("not a file of an msfs mount"), "{stderr}");
+}

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::future::try_join_all;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::{Semaphore, watch};
 
 use super::error::{CacheError, duplicate, storage_error};
@@ -45,6 +46,11 @@ const PREFETCH_STREAMS: u64 = 8;
 /// cache and the server more CPU than the bytes do; with runs as big as the window, too few
 /// GETs stream at once (measured on a cold 1 GiB read: see `run_lines`).
 const READ_AHEAD_RUN_BYTES: u64 = 8 << 20;
+
+/// `warm` reads its range in pieces of this size, this many at once: each piece a demand read
+/// of its lines, so a few pieces keep several GETs going without read-ahead's budget.
+const WARM_PIECE: u64 = 8 << 20;
+const WARM_PIECES_IN_FLIGHT: usize = 4;
 
 /// Lines that objects lent whole to the kernel ([`LineCache::pin_object_file`]) may hold
 /// pinned, as a share of all lines: the rest stays free to turn over for every other reader.
@@ -489,6 +495,43 @@ impl LineCache {
         }
         self.copy_out(pin, placement, offset, len, &object.key)
             .await
+    }
+
+    /// Fetches bytes `range` of `object` into the cache (`msfs warm`) without handing them to
+    /// anyone, and returns how many of them were cached, or being fetched, before. Lines that
+    /// cannot get a slot (every slot pinned or inbound) are read and dropped, as for a reader.
+    pub async fn warm(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        range: Range<u64>,
+    ) -> Result<u64, StoreError> {
+        let end = range.end.min(object.size);
+        if range.start >= end || object.etag.is_empty() {
+            return Ok(0);
+        }
+        let shared = &self.shared;
+        let cached_before = {
+            let table = shared.table();
+            (range.start / shared.line_size..=(end - 1) / shared.line_size)
+                .filter(|line| {
+                    table.contains(store.cache_scope(), &object.key, &object.etag, *line)
+                })
+                .map(|line| {
+                    let lines = shared.line_range(object.size, line);
+                    lines.end.min(end) - lines.start.max(range.start)
+                })
+                .sum()
+        };
+        let pieces = (range.start..end)
+            .step_by(WARM_PIECE as usize)
+            .map(|start| start..start.saturating_add(WARM_PIECE).min(end));
+        futures::stream::iter(pieces)
+            .map(|piece| self.read(store, object, piece, false))
+            .buffer_unordered(WARM_PIECES_IN_FLIGHT)
+            .try_for_each(|_| futures::future::ready(Ok(())))
+            .await?;
+        Ok(cached_before)
     }
 
     /// Checks a restored line (pinned by the caller) against the checksum it was indexed with,

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
+use crate::warm::abi::WarmReport;
 use crate::write::{DirtyFile, Target};
 
 impl Fs {
@@ -195,6 +196,42 @@ impl Fs {
             .metrics
             .read_served(&handle.backend, bytes.len());
         Ok(bytes)
+    }
+
+    /// `msfs warm` of `len` bytes from `offset` of an open file: fetched into the line cache,
+    /// nothing returned but what the cache held before and its size. A file being written is
+    /// reported as cached whole: its bytes are local already and there is no object to fetch.
+    pub async fn warm(&self, fh: u64, offset: u64, len: u64) -> Result<WarmReport> {
+        let handle = self.handle(fh)?;
+        let cache = self
+            .engines
+            .cache
+            .as_ref()
+            .ok_or(FsError::Unsupported("warm: this mount has no cache"))?;
+        let end = offset.saturating_add(len).min(handle.version.size);
+        let report = WarmReport {
+            size: handle.version.size,
+            cached_before: end.saturating_sub(offset),
+            capacity: cache.line_size().saturating_mul(cache.lines() as u64),
+            line_size: cache.line_size(),
+        };
+        if handle.dirty.is_some() || len == 0 {
+            return Ok(WarmReport {
+                cached_before: if len == 0 { 0 } else { report.cached_before },
+                ..report
+            });
+        }
+        let cached_before = cache
+            .warm(&handle.store, &handle.version, offset..end)
+            .await
+            .map_err(|source| FsError::Store {
+                backend: handle.backend.clone(),
+                source,
+            })?;
+        Ok(WarmReport {
+            cached_before,
+            ..report
+        })
     }
 
     /// The last close of a handle. A written file left dirty is committed in the background,

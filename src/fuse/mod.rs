@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
+
+use crate::warm::abi::{WARM_IOCTL, WarmRequest};
 
 use crate::fs::{
     Attr, BLOCK_SIZE, Fs, FsError, Kind, NameUse, OpenIo, OpenMode, Opened, Registration,
@@ -510,6 +512,34 @@ impl Filesystem for FuseAdapter {
         self.spawn("release", ino, req, move |fs| async move {
             fs.release(fh.0).await;
             reply.ok();
+        });
+    }
+
+    /// `msfs warm` (`crate::warm`); every other command is not ours: ENOTTY, as for any file
+    /// that knows no ioctls (fuser's default answered ENOSYS and logged a warning each time).
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let request = match (cmd, WarmRequest::decode(in_data)) {
+            (WARM_IOCTL, Some(request)) => request,
+            (WARM_IOCTL, None) => {
+                return reply.error(refused(&self.fs, "ioctl", ino, Errno::EINVAL));
+            }
+            _ => return reply.error(refused(&self.fs, "ioctl", ino, Errno::ENOTTY)),
+        };
+        self.spawn("ioctl", ino, req, move |fs| async move {
+            match fs.warm(fh.0, request.offset, request.len).await {
+                Ok(report) => reply.ioctl(0, &report.encode()),
+                Err(e) => reply.error(errno(&fs, "ioctl", ino, &e)),
+            }
         });
     }
 

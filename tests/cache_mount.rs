@@ -239,3 +239,57 @@ async fn msfs_warm_fetches_a_tree_so_that_reading_it_needs_no_get() {
     let stderr = String::from_utf8_lossy(&outside.stderr);
     assert!(stderr.contains("not a file of an msfs mount"), "{stderr}");
 }
+
+/// The `warm` backend key: the listed directory and file are fetched at mount, in the
+/// background, so that reading them needs no GET; what is not listed is not fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_warm_list_is_fetched_at_mount() {
+    let garage = Garage::start();
+    garage.create_bucket("warm-at-mount");
+    let listed = [
+        ("train/a", pattern(2 * MIB + 1, 1)),
+        ("train/deep/b", pattern(MIB, 2)),
+        ("labels.csv", pattern(100, 3)),
+    ];
+    let other = pattern(MIB, 4);
+    for (key, body) in &listed {
+        garage.put_object("warm-at-mount", key, body.clone()).await;
+    }
+    garage
+        .put_object("warm-at-mount", "other", other.clone())
+        .await;
+    let cache = format!("cache_storage: mapped-file\ncache_line_size: {MIB}\ncache_lines: 64\n");
+    let backend = format!(
+        "{}    warm: [train/, labels.csv]\n",
+        s3_backend_yaml("data", "warm-at-mount", "", &garage)
+    );
+    let mount = MsfsMount::start(&config_yaml_with(&cache, &[backend]), "yaml").expect("mount");
+    common::wait_until(
+        "the warm at mount is done",
+        std::time::Duration::from_secs(60),
+        async || mount.stdout_text().contains("warm at mount done"),
+    )
+    .await;
+    assert!(
+        mount.stdout_text().contains("objects=3"),
+        "{}",
+        mount.stdout_text()
+    );
+    let before = garage.s3_requests("GetObject");
+    for (key, body) in &listed {
+        assert!(
+            read_direct(&mount.path().join("data").join(key)) == *body,
+            "{key}"
+        );
+    }
+    assert_eq!(
+        garage.s3_requests("GetObject") - before,
+        0,
+        "a warmed object was fetched when read"
+    );
+    assert!(read_direct(&mount.path().join("data/other")) == other);
+    assert!(
+        garage.s3_requests("GetObject") > before,
+        "other was warmed too"
+    );
+}

@@ -117,6 +117,15 @@ pub(super) fn parse_backend(
     backend.file_perm = raw.file_perm.value_or(backend.file_perm);
     backend.directory_page_size = raw.directory_page_size.value_or(d::DIRECTORY_PAGE_SIZE);
     backend.trace_level = raw.trace_level.value_or(d::TRACE_LEVEL);
+    backend.warm = raw
+        .warm
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    for (i, entry) in backend.warm.iter().enumerate() {
+        check_warm_entry(s, i, entry)?;
+    }
     backend.manifest = parse_manifest(
         s,
         raw.manifest_path,
@@ -235,6 +244,7 @@ pub(super) fn backend_defaults(
         file_perm,
         directory_page_size: d::DIRECTORY_PAGE_SIZE,
         trace_level: d::TRACE_LEVEL,
+        warm: Vec::new(),
         manifest: ManifestConfig {
             path: None,
             gen_workers: d::MANIFEST_GEN_WORKERS,
@@ -282,6 +292,30 @@ pub(super) fn check_prefix(s: &Place<'_>, key: &str, prefix: &str) -> Result<(),
             key,
             format!("must end with \"/\" (got {prefix:?}; did you mean \"{prefix}/\"?)"),
         ))
+    }
+}
+
+/// A `warm` entry: a path below the backend's root (a directory ends in `/`), never leaving it.
+fn check_warm_entry(s: &Place<'_>, i: usize, entry: &str) -> Result<(), ConfigError> {
+    let trimmed = entry.strip_suffix('/').unwrap_or(entry);
+    let problem = if entry.is_empty() || entry == "/" {
+        Some("must name a file or a directory below the backend's root (a directory ends in \"/\")")
+    } else if entry.starts_with('/') {
+        Some("must be relative to the backend's root (no leading \"/\")")
+    } else if trimmed
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        Some("must not hold empty, \".\" or \"..\" components")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(s.invalid_at(
+            s.key_path(&format!("warm[{i}]")),
+            format!("{problem} (got {entry:?})"),
+        )),
+        None => Ok(()),
     }
 }
 

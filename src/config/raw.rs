@@ -74,6 +74,7 @@ pub(super) struct Backend {
     pub manifest_gen_workers: Option<Whole<usize>>,
     pub flat_dir_confirmation_pages: Option<Whole<u32>>,
     pub flat_dir_hints: Option<Vec<Section<FlatDirHint>>>,
+    pub warm: Option<Vec<Text>>,
     #[serde(rename = "S3")]
     pub s3: Option<Section<S3>>,
     #[serde(rename = "AIStore")]

@@ -123,6 +123,9 @@ pub struct BackendConfig {
     /// 0 none, 1 errors, 2 successes, 3+ details.
     pub trace_level: u8,
     pub manifest: ManifestConfig,
+    /// Files and directories (ending in `/`), relative to the backend's root, fetched into the
+    /// cache in the background at mount (`crate::warm::background`).
+    pub warm: Vec<String>,
     pub kind: BackendKind,
 }
 

@@ -27,7 +27,7 @@ pub const SERVICE_ACCOUNT_NAME_KEY: &str = "csi.storage.k8s.io/serviceAccount.na
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
 
 /// Attributes that describe one backend; also the keys of each `backendsJson` entry.
-pub const BACKEND_KEYS: [&str; 14] = [
+pub const BACKEND_KEYS: [&str; 15] = [
     "bucketName",
     "prefix",
     "endpoint",
@@ -42,6 +42,7 @@ pub const BACKEND_KEYS: [&str; 14] = [
     "flushOnClose",
     "manifestPath",
     "traceLevel",
+    "warm",
 ];
 
 /// Attributes that apply to the whole volume.
@@ -347,6 +348,11 @@ fn v1_entry(
             entry.insert(key.into(), Value::from(value));
         }
     }
+    // A list in one string: `train/,labels.csv`.
+    if let Some(list) = get("warm") {
+        let paths = list.split(',').map(str::trim).filter(|p| !p.is_empty());
+        entry.insert("warm".into(), Value::from_iter(paths));
+    }
     // Read-only when anything says so; AIStore and GCS backends are read-only by nature.
     let attribute = get("readonly")
         .map(|t| parse_bool(&format!("{label}readonly"), t))
@@ -411,5 +417,18 @@ mod tests {
             .expect_err("refused")
             .to_string();
         assert!(error.contains("manifestPath"), "{error}");
+    }
+
+    #[test]
+    fn warm_is_a_comma_separated_list_checked_like_the_config_key() {
+        let volume = |warm: &str| {
+            VolumeAttributes::parse(&context(&[("bucketName", "b"), ("warm", warm)]))
+                .expect("attributes")
+                .backend_configs("vol", &MountOverrides::default(), &Keys::Anonymous)
+        };
+        let backends = volume(" train/, labels.csv ,").expect("backends");
+        assert_eq!(backends[0].warm, ["train/", "labels.csv"]);
+        let error = volume("ok/,../up/").expect_err("refused").to_string();
+        assert!(error.contains("warm[1]") && error.contains(".."), "{error}");
     }
 }

@@ -213,6 +213,10 @@ fn attribute_value(key: &str) -> BoxedStrategy<String> {
         "uid" | "gid" | "traceLevel" => pick(&["0", "1000", "3"], &["-1", "abc", "4294967296"]),
         "dirPerm" | "filePerm" => pick(&["755", "0644", "0777"], &["999", "rwx", "7777", ""]),
         "manifestPath" => pick(&["/var/lib/m"], &["relative", ""]),
+        "warm" => pick(
+            &["train/", "a/,b.csv", " x , y/ "],
+            &["/abs", "../up/", "a//b"],
+        ),
         "authenticationSource" => pick(
             &["driver", "secret", "anonymous", "pod", " Secret "],
             &["x", "", "SECRET"],

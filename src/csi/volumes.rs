@@ -343,6 +343,12 @@ impl Volumes {
             .backend_configs(&args.volume_id, &args.overrides, &Keys::Anonymous)?;
         let (configs, expires) = resolve_backends(&args, secrets, context, &self.kube).await?;
         let backends = self.open_backends(&configs).await?;
+        let warm_lists = crate::warm::background::lists_of(
+            configs
+                .iter()
+                .zip(&backends)
+                .map(|(config, backend)| (config, backend.settings().store.clone())),
+        );
 
         let target = args.target.clone();
         // A connection taken over is mounted already (touching it would wait for this very
@@ -427,6 +433,14 @@ impl Volumes {
         }
         tracing::info!(volume_id = %args.volume_id, target = %target.display(),
             backends = configs.len(), "published");
+        // `warm` attribute: in the background, at the first publish only (a volume taken over
+        // after a restart was warmed by the process that published it).
+        if let (false, Some(cache)) = (resuming, &self.engines.cache) {
+            for list in warm_lists {
+                let cache = cache.clone();
+                tokio::spawn(async move { crate::warm::background::warm(&list, &cache).await });
+            }
+        }
         if let Some(socket) = &self.settings.fd_holder {
             takeover::keep(
                 socket,

@@ -101,6 +101,14 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
         ttl: config.entry_attr_ttl,
     };
     let backend_count = backends.len();
+    let resumed = held.is_some();
+    let warm_lists = crate::warm::background::lists_of(
+        config
+            .backends
+            .iter()
+            .zip(&backends)
+            .map(|(config, backend)| (config, backend.settings().store.clone())),
+    );
     let engines_cache = engines.cache.clone();
     let writes = engines.writes.clone();
     let mut fs = Fs::new(options, engines.clone(), backends);
@@ -154,6 +162,14 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
         backends = backend_count,
         "mounted"
     );
+    // `warm` entries: fetched in the background once the mount serves; never waited for (nor
+    // again by a process taking the mount over: the one that mounted it warmed it).
+    if let (false, Some(cache)) = (resumed, &engines_cache) {
+        for list in warm_lists {
+            let cache = cache.clone();
+            runtime.spawn(async move { crate::warm::background::warm(&list, &cache).await });
+        }
+    }
 
     let stop = runtime.block_on(wait_for_stop(signals, done_rx, &mut reloader));
     if stop == Some("SIGTERM") && survival.successor_waiting() {

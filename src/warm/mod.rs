@@ -10,4 +10,5 @@
 //! sums up.
 
 pub mod abi;
+pub mod background;
 pub mod client;

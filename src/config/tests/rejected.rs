@@ -213,3 +213,24 @@ fn a_persistent_cache_needs_one_mapped_file_and_a_directory_of_its_own() {
          and the system temp directory is no place to keep them"
     );
 }
+
+#[test]
+fn warm_entries_stay_below_the_backend_root() {
+    let backend = |warm: &str| {
+        format!(
+            "msfs_version: 1\nbackends:\n  - {{dir_name: d, backend_type: RAM, warm: {warm}}}\n"
+        )
+    };
+    let parsed = parse("c.yaml", &backend("[train/, labels/all.csv]"));
+    assert_eq!(only_backend(&parsed).warm, ["train/", "labels/all.csv"]);
+    assert_eq!(
+        error("c.yaml", &backend("[ok/, ../etc/]")),
+        "c.yaml: backends[0].warm[1]: must not hold empty, \".\" or \"..\" components \
+         (got \"../etc/\")"
+    );
+    assert_eq!(
+        error("c.yaml", &backend("[/abs]")),
+        "c.yaml: backends[0].warm[0]: must be relative to the backend's root (no leading \
+         \"/\") (got \"/abs\")"
+    );
+}

@@ -132,6 +132,7 @@ fn full_v1_expected(source: &str) -> Config {
                         split_depth: 2,
                     }],
                 },
+                warm: Vec::new(),
                 kind: BackendKind::S3(S3Config {
                     flavor: S3Flavor::Aws,
                     endpoint: Some("http://127.0.0.1:9000".into()),
@@ -171,6 +172,7 @@ fn full_v1_expected(source: &str) -> Config {
                     flat_dir_confirmation_pages: 5,
                     flat_dir_hints: vec![],
                 },
+                warm: Vec::new(),
                 kind: BackendKind::Ram(RamConfig {
                     max_list_page_size: 1000,
                     max_total_objects: 5,
@@ -195,6 +197,7 @@ fn full_v1_expected(source: &str) -> Config {
                     flat_dir_confirmation_pages: 5,
                     flat_dir_hints: vec![],
                 },
+                warm: Vec::new(),
                 kind: BackendKind::File,
             },
         ],

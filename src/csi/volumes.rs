@@ -84,6 +84,8 @@ struct Published {
     staging: Option<PathBuf>,
     /// The volume's kernel-state journal (with an fd holder).
     kernel_state: Option<PathBuf>,
+    /// Its `warm` attribute's background fetches, stopped at unpublish.
+    warming: Vec<tokio::task::AbortHandle>,
 }
 
 pub struct Volumes {
@@ -435,10 +437,13 @@ impl Volumes {
             backends = configs.len(), "published");
         // `warm` attribute: in the background, at the first publish only (a volume taken over
         // after a restart was warmed by the process that published it).
+        let mut warming = Vec::new();
         if let (false, Some(cache)) = (resuming, &self.engines.cache) {
             for list in warm_lists {
                 let cache = cache.clone();
-                tokio::spawn(async move { crate::warm::background::warm(&list, &cache).await });
+                let task =
+                    tokio::spawn(async move { crate::warm::background::warm(&list, &cache).await });
+                warming.push(task.abort_handle());
             }
         }
         if let Some(socket) = &self.settings.fd_holder {
@@ -466,6 +471,7 @@ impl Volumes {
             session,
             staging,
             kernel_state: journal.map(|(_, _, dir)| dir),
+            warming,
         };
         lock(&self.published).insert(target, published);
         Ok(())
@@ -627,6 +633,10 @@ impl Volumes {
     }
 
     async fn unmount(&self, mut published: Published, target: &Path) -> Result<(), CsiError> {
+        // A volume gone needs nothing warmed: its credentials may be gone with it.
+        for task in published.warming.drain(..) {
+            task.abort();
+        }
         if published.staging.is_some() {
             mounts::unbind(target).map_err(|source| CsiError::Io {
                 what: "cannot unmount",

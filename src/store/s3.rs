@@ -46,11 +46,8 @@ impl S3Store {
         principal: &str,
         retry: RetryPolicy,
     ) -> S3Store {
-        use std::hash::{Hash, Hasher};
         let id = format!("s3:{endpoint}/{bucket}");
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        principal.hash(&mut hasher);
-        let cache_scope = format!("{id}#{:016x}", hasher.finish());
+        let cache_scope = cache_scope_of(&id, principal);
         S3Store {
             client,
             bucket,
@@ -760,9 +757,27 @@ pub fn decode_listed_key(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// `id` narrowed by a hash of `principal` that every build computes alike (std's
+/// `DefaultHasher` promises no such thing): a persistent cache finds its lines by this scope
+/// after an upgrade.
+fn cache_scope_of(id: &str, principal: &str) -> String {
+    use md5::Digest;
+    let digest = md5::Md5::digest(principal.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{id}#{hash}")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{decode_listed_key, percent_encode_key};
+    use super::{cache_scope_of, decode_listed_key, percent_encode_key};
+
+    #[test]
+    fn the_cache_scope_is_the_same_in_every_build_and_differs_by_signer() {
+        // The first 8 bytes of MD5("AKIDEXAMPLE"): fixed, whatever the build.
+        let scope = cache_scope_of("s3:http://h/b", "AKIDEXAMPLE");
+        assert_eq!(scope, "s3:http://h/b#897bd3e07abcb8d4");
+        assert_ne!(scope, cache_scope_of("s3:http://h/b", "anonymous"));
+    }
 
     #[test]
     fn listed_keys_decode_form_encoding() {

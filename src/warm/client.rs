@@ -57,13 +57,14 @@ impl std::fmt::Display for Summary {
         };
         write!(
             f,
-            "{} {} files, {} in {seconds:.1} s ({}/s); {share:.0}% was already cached",
+            "{} {} file{}, {} in {seconds:.1} s ({}/s); {share:.0}% was already cached",
             if self.cancelled {
                 "cancelled after warming"
             } else {
                 "warmed"
             },
             self.files,
+            if self.files == 1 { "" } else { "s" },
             human(self.bytes),
             human(rate as u64),
         )?;

@@ -114,7 +114,7 @@ enum Command {
         #[arg(short, long)]
         recursive: bool,
         /// Files warmed at once.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
         jobs: u32,
     },
     /// Keep mounts' /dev/fuse descriptors open across restarts of the process serving them, so

@@ -101,12 +101,19 @@ pub(super) fn open(
     lines: usize,
 ) -> Result<Option<Opened>, CacheError> {
     let dir = parent.join(DIR_NAME);
-    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+    // Not recursive: `cache_dir_path` itself must exist, as for a private cache (a typo must
+    // not create a directory tree somewhere unexpected).
+    match std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
         .create(&dir)
-        .map_err(|source| CacheError::CreateDir {
-            path: dir.clone(),
-            source,
-        })?;
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(CacheError::CreateDir {
+                path: dir.clone(),
+                source: e,
+            });
+        }
+        _ => {}
+    }
     let index_path = dir.join(INDEX_FILE);
     let index_error = |source: redb::Error| CacheError::Index {
         path: index_path.clone(),

@@ -14,8 +14,8 @@ use crate::store::testing::TestStore;
 
 const LINES: u64 = 16;
 
-fn persistent(parent: &Path, lines: u64) -> Arc<LineCache> {
-    LineCache::new(&CacheConfig {
+fn persistent_config(parent: &Path, lines: u64) -> CacheConfig {
+    CacheConfig {
         storage: CacheStorage::MappedFile,
         line_size: LINE,
         lines,
@@ -23,8 +23,11 @@ fn persistent(parent: &Path, lines: u64) -> Arc<LineCache> {
         dir_path: Some(parent.to_path_buf()),
         persistent: true,
         write_cache_promotion: false,
-    })
-    .expect("persistent cache")
+    }
+}
+
+fn persistent(parent: &Path, lines: u64) -> Arc<LineCache> {
+    LineCache::new(&persistent_config(parent, lines)).expect("persistent cache")
 }
 
 /// A store over a directory, and objects written into it.
@@ -237,4 +240,15 @@ async fn a_damaged_index_costs_the_kept_lines_not_the_mount() {
     drop(second);
     // The index made anew works like any.
     assert_eq!(persistent(parent.path(), LINES).stats().lines_restored, 2);
+}
+
+#[test]
+fn a_missing_cache_dir_path_is_reported_not_created() {
+    let parent = tempfile::tempdir().expect("cache parent");
+    let missing = parent.path().join("no/such/dir");
+    let error = LineCache::new(&persistent_config(&missing, LINES))
+        .expect_err("refused")
+        .to_string();
+    assert!(error.contains("no/such/dir"), "{error}");
+    assert!(!missing.exists(), "the missing directory was created");
 }

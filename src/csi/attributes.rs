@@ -219,6 +219,8 @@ fn split_backend_key(key: &str) -> (Option<usize>, Option<&str>) {
 /// The attribute a `msfs_version: 1` backend key came from.
 fn attribute_name(v1_key: &str) -> String {
     let last = v1_key.rsplit('.').next().unwrap_or(v1_key);
+    // A list's item (`warm[1]`) is named by its attribute; the message quotes the item.
+    let last = last.split('[').next().unwrap_or(last);
     match last {
         "dir_name" => "dirName",
         "backend_type" => "backendType",
@@ -429,6 +431,9 @@ mod tests {
         let backends = volume(" train/, labels.csv ,").expect("backends");
         assert_eq!(backends[0].warm, ["train/", "labels.csv"]);
         let error = volume("ok/,../up/").expect_err("refused").to_string();
-        assert!(error.contains("warm[1]") && error.contains(".."), "{error}");
+        assert!(
+            error.starts_with("warm: ") && error.contains("\"../up/\""),
+            "{error}"
+        );
     }
 }

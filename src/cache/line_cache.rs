@@ -207,6 +207,13 @@ impl LineCache {
         self.shared.lines
     }
 
+    /// The capacity in bytes: `cache_line_size × cache_lines`.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.shared
+            .line_size
+            .saturating_mul(self.shared.lines as u64)
+    }
+
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             lines_resident: self.shared.table().resident() as u64,

@@ -153,7 +153,6 @@ pub(super) fn open(
         reset(&db, &geometry).map_err(index_error)?;
         Vec::new()
     };
-    tracing::info!(dir = %dir.display(), lines = restored.len(), "persistent cache opened");
     let (sender, receiver) = mpsc::channel();
     let writer = std::thread::Builder::new()
         .name("msfs-cache-index".into())

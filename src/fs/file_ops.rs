@@ -209,28 +209,21 @@ impl Fs {
             .as_ref()
             .ok_or(FsError::Unsupported("warm: this mount has no cache"))?;
         let end = offset.saturating_add(len).min(handle.version.size);
-        let report = WarmReport {
-            size: handle.version.size,
-            cached_before: end.saturating_sub(offset),
-            capacity: cache.line_size().saturating_mul(cache.lines() as u64),
-            line_size: cache.line_size(),
+        let cached_before = match &handle.dirty {
+            Some(_) => end.saturating_sub(offset),
+            None => cache
+                .warm(&handle.store, &handle.version, offset..end)
+                .await
+                .map_err(|source| FsError::Store {
+                    backend: handle.backend.clone(),
+                    source,
+                })?,
         };
-        if handle.dirty.is_some() || len == 0 {
-            return Ok(WarmReport {
-                cached_before: if len == 0 { 0 } else { report.cached_before },
-                ..report
-            });
-        }
-        let cached_before = cache
-            .warm(&handle.store, &handle.version, offset..end)
-            .await
-            .map_err(|source| FsError::Store {
-                backend: handle.backend.clone(),
-                source,
-            })?;
         Ok(WarmReport {
+            size: handle.version.size,
             cached_before,
-            ..report
+            capacity: cache.capacity_bytes(),
+            line_size: cache.line_size(),
         })
     }
 

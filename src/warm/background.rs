@@ -72,7 +72,7 @@ pub async fn warm(list: &WarmList, cache: &LineCache) -> Warmed {
             }
         }
     }
-    let capacity = cache.line_size().saturating_mul(cache.lines() as u64);
+    let capacity = cache.capacity_bytes();
     let mut room = capacity;
     let fitting = listed
         .iter()

@@ -169,12 +169,47 @@ pub(super) fn parse_backend(
         )?),
         BackendType::File => BackendKind::File,
     };
+    backend.posix_metadata = raw.posix_metadata.value_or(d::POSIX_METADATA);
+    if backend.posix_metadata {
+        check_posix_metadata(s, ty, &backend)?;
+    }
     for (name, present) in given {
         if present && name != ty.name() {
             warnings.push(s.warning(name, &format!("ignored, backend_type is {}", ty.name())));
         }
     }
     Ok(backend)
+}
+
+/// `posix_metadata` needs a store that keeps user metadata with each object, and a namespace
+/// that is read from it (a manifest has no columns for it yet).
+fn check_posix_metadata(
+    s: &Place<'_>,
+    ty: BackendType,
+    backend: &BackendConfig,
+) -> Result<(), ConfigError> {
+    if !matches!(
+        ty,
+        BackendType::S3 | BackendType::AIStore | BackendType::Gcs | BackendType::Ram
+    ) {
+        return Err(s.invalid(
+            "posix_metadata",
+            format!(
+                "backend_type {} keeps no object metadata; posix_metadata needs S3, AIStore, \
+                 GCS or RAM",
+                ty.name()
+            ),
+        ));
+    }
+    if backend.manifest.path.is_some() {
+        return Err(s.invalid(
+            "posix_metadata",
+            "a manifest does not carry modes and owners yet; use posix_metadata without \
+             manifest_path"
+                .to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// Puts keys handed over as values (not read from a file) into the store section of the
@@ -238,6 +273,7 @@ pub(super) fn backend_defaults(
         prefix,
         readonly,
         flush_on_close: d::FLUSH_ON_CLOSE,
+        posix_metadata: d::POSIX_METADATA,
         uid: ids.uid,
         gid: ids.gid,
         dir_perm,

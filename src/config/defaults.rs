@@ -39,6 +39,7 @@ pub(super) const FUSE_REQUEST_STALL_WARN_SECS: u64 = 60;
 
 pub(super) const READONLY: bool = true;
 pub(super) const FLUSH_ON_CLOSE: bool = false;
+pub(super) const POSIX_METADATA: bool = false;
 pub(super) const DIR_PERM_READONLY: u16 = 0o555;
 pub(super) const DIR_PERM_WRITABLE: u16 = 0o777;
 pub(super) const FILE_PERM_READONLY: u16 = 0o444;

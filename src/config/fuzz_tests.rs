@@ -82,6 +82,7 @@ const BACKEND_KEYS: &[&str] = &[
     "prefix",
     "readonly",
     "flush_on_close",
+    "posix_metadata",
     "uid",
     "gid",
     "dir_perm",
@@ -353,6 +354,7 @@ fn plausible(key: &str) -> BoxedStrategy<Value> {
         | "cache_persistent"
         | "readonly"
         | "flush_on_close"
+        | "posix_metadata"
         | "use_config_env"
         | "use_credentials_env"
         | "anonymous"

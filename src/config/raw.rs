@@ -64,6 +64,7 @@ pub(super) struct Backend {
     pub prefix: Option<Text>,
     pub readonly: Option<Flag>,
     pub flush_on_close: Option<Flag>,
+    pub posix_metadata: Option<Flag>,
     pub uid: Option<Whole<u32>>,
     pub gid: Option<Whole<u32>>,
     pub dir_perm: Option<Perm>,

@@ -114,6 +114,9 @@ pub struct BackendConfig {
     pub readonly: bool,
     /// Commit a modified file before `close` returns instead of in the background.
     pub flush_on_close: bool,
+    /// Each object's own mode, owner and times, kept in its user metadata (s3fs's names);
+    /// `uid`, `gid`, `dir_perm` and `file_perm` are then the defaults of objects without any.
+    pub posix_metadata: bool,
     pub uid: u32,
     pub gid: u32,
     pub dir_perm: u16,

@@ -28,6 +28,8 @@ pub struct BackendSettings {
     pub readonly: bool,
     /// Close waits for the commit (`true`) or leaves it to the background (`false`).
     pub flush_on_close: bool,
+    /// Modes, owners and times are each object's own, kept in its user metadata (`posix`).
+    pub posix_metadata: bool,
     pub uid: u32,
     pub gid: u32,
     pub dir_perm: u16,
@@ -76,6 +78,7 @@ impl BackendSettings {
             prefix: config.prefix.clone(),
             readonly: config.readonly,
             flush_on_close: config.flush_on_close,
+            posix_metadata: config.posix_metadata,
             uid: config.uid,
             gid: config.gid,
             dir_perm: config.dir_perm,

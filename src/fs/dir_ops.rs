@@ -55,6 +55,12 @@ impl Fs {
     /// stable for the handle's life; a manifest one is read page by page as `readdir` asks.
     pub async fn opendir(&self, ino: u64) -> Result<u64> {
         let handle = self.dir_handle(ino).await?;
+        // `ls -l` asks for every entry's attributes: with `posix_metadata` they are in each
+        // object's metadata, read for the whole listing at once now rather than one lookup at
+        // a time. (A directory read a page at a time leaves it to those lookups.)
+        if let DirEntries::Loaded(entries) = &handle.entries {
+            self.read_ahead_metadata(&self.node(ino)?, entries).await;
+        }
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.journal(|| Record::Dir { fh, ino });
         lock(&self.dirs).insert(fh, Arc::new(handle));
@@ -321,6 +327,9 @@ impl Fs {
             };
             let settings = backend.settings();
             let key = settings.key_of(&path);
+            // Metadata not read within the TTL: the kernel asks again (a lookup reads it).
+            let posix_known = dir.backend.is_none()
+                || self.posix_known(&settings, &path, matches!(entry.kind, ChildKind::Dir));
             let being_written = match &dir.backend {
                 Some(_) => self.engines.writes.find(settings.store.id(), &key),
                 None => None,
@@ -361,7 +370,7 @@ impl Fs {
                     }
                 }
             };
-            return Some((self.attr_of(&node), trusted));
+            return Some((self.attr_of(&node), trusted && posix_known));
         }
         let mut inodes = lock(&self.inodes);
         let ino = inodes.peek_or_reserve(dir.ino, &entry.name);

@@ -42,6 +42,8 @@ pub enum FsError {
     NameTooLong,
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
+    #[error("not permitted: {0}")]
+    NotPermitted(&'static str),
     /// Moving across backends, or a non-empty directory: tools like `mv` then copy and delete.
     #[error("cannot rename {0}")]
     CrossDevice(&'static str),
@@ -96,6 +98,7 @@ impl FsError {
             FsError::NotEmpty => libc::ENOTEMPTY,
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::Invalid(_) => libc::EINVAL,
+            FsError::NotPermitted(_) => libc::EPERM,
             FsError::CrossDevice(_) => libc::EXDEV,
             FsError::Busy(_) => libc::EBUSY,
             FsError::NotWritable => libc::EBADF,

@@ -117,18 +117,27 @@ impl Fs {
         if let Some(file) = writes.join(target.store.id(), &target.key) {
             return Ok(file);
         }
+        // A `posix_metadata` object is rewritten with the mode and owner it has.
         let head = target
             .store
-            .head(&target.key)
+            .head_with_metadata(&target.key)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
+        let (head, metadata) = match head {
+            Some((meta, metadata)) => (Some(meta), metadata),
+            None => (None, Default::default()),
+        };
         // Gone from the store (deleted behind the mount's back): writing creates it again.
         let base = head.map(|meta| ObjectVersion {
             key: meta.key,
             etag: meta.etag,
             size: meta.size,
         });
-        Ok(writes.open(target, base))
+        let file = writes.open(target, base);
+        if backend.settings().posix_metadata {
+            file.init_metadata(metadata);
+        }
+        Ok(file)
     }
 
     /// From now on the write engine knows `node`'s content, not the store, the node's cached

@@ -355,6 +355,7 @@ mod tests {
                 prefix: String::new(),
                 readonly: true,
                 flush_on_close: false,
+                posix_metadata: false,
                 uid: 0,
                 gid: 0,
                 dir_perm: 0o555,

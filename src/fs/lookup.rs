@@ -15,6 +15,13 @@ use super::{
 
 impl Fs {
     pub fn attr_of(&self, node: &Node) -> Attr {
+        let attr = self.default_attr_of(node);
+        self.with_posix(node, attr)
+    }
+
+    /// `node`'s attributes as the backend's settings give them (see `with_posix` for the
+    /// objects' own).
+    fn default_attr_of(&self, node: &Node) -> Attr {
         match (&node.backend, &node.kind) {
             (None, _) => Attr {
                 ino: node.ino,
@@ -73,7 +80,11 @@ impl Fs {
         };
         let (backend, path, kind) = self.resolve(&dir, backend, name).await?;
         let node = lock(&self.inodes).lookup(parent, name, backend, path, kind);
-        Ok(self.attr_of(&node))
+        if let Err(e) = self.load_metadata(&node).await {
+            self.forget(node.ino, 1);
+            return Err(e);
+        }
+        Ok(self.attr_of(&self.node(node.ino)?))
     }
 
     /// What `name` in directory `dir` (of `backend`) is, without taking a kernel reference: a
@@ -146,7 +157,8 @@ impl Fs {
     /// Attributes of `ino`; a file's are re-read from the store once they are older than the TTL.
     pub async fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.refreshed(ino).await?;
-        let mut attr = self.attr_of(&node);
+        self.load_metadata(&node).await?;
+        let mut attr = self.attr_of(&self.node(ino)?);
         if let Some(backend) = &node.backend
             && node.file().is_some()
         {
@@ -206,10 +218,18 @@ impl Fs {
                     .map_err(|e| Self::manifest_error(backend, e))?
                     .ok_or(FsError::NotFound)?
             }
+            // With `posix_metadata`, the HEAD that confirms the version reads its metadata too.
+            None if settings.posix_metadata => {
+                let head = (settings.store.head_with_metadata(&key).await)
+                    .map_err(|e| Self::store_error(backend, e))?;
+                let (meta, metadata) = head.ok_or(FsError::NotFound)?;
+                self.metadata.put(settings.store.id(), &key, metadata);
+                ChildKind::File(FileMeta::from(&meta))
+            }
             None => {
                 let head = settings
                     .store
-                    .head(&settings.key_of(&node.path))
+                    .head(&key)
                     .await
                     .map_err(|e| Self::store_error(backend, e))?;
                 ChildKind::File(FileMeta::from(&head.ok_or(FsError::NotFound)?))

@@ -76,6 +76,7 @@ impl Fixture {
                 prefix: String::new(),
                 readonly: !writable,
                 flush_on_close: true,
+                posix_metadata: false,
                 uid: 0,
                 gid: 0,
                 dir_perm: 0o755,

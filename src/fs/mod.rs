@@ -28,7 +28,9 @@ mod listing;
 mod live_pages;
 mod lookup;
 mod manifest_listing;
+mod meta_ops;
 mod passthrough;
+mod posix;
 mod recent;
 mod restore;
 mod stream;
@@ -46,6 +48,7 @@ pub use error::{FsError, errno_name};
 pub use inode::ROOT_INO;
 pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};
+pub use meta_ops::Creator;
 pub use passthrough::{Backing, OpenIo, Registration};
 pub use write_ops::{RenameFlags, SetAttr};
 
@@ -81,6 +84,8 @@ pub struct FsOptions {
 pub enum Kind {
     Dir,
     File,
+    /// A file whose `posix_metadata` mode says it is a symbolic link.
+    Symlink,
 }
 
 /// What `stat` shows.
@@ -267,6 +272,8 @@ pub struct Fs {
     kernel_state: Option<Arc<KernelState>>,
     /// How each open inode is read: page cache, direct, or passthrough.
     io_modes: passthrough::IoModes,
+    /// What objects of `posix_metadata` backends carry (modes, owners, times).
+    metadata: posix::MetadataCache,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it: every critical section
@@ -279,6 +286,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Fs {
     pub fn new(options: FsOptions, engines: Engines, backends: Vec<Arc<Backend>>) -> Fs {
+        let metadata = posix::MetadataCache::new(options.ttl);
         Fs {
             options,
             engines,
@@ -301,6 +309,7 @@ impl Fs {
             subtree_listing_max: subtree::SUBTREE_LISTING_MAX_KEYS,
             kernel_state: None,
             io_modes: passthrough::IoModes::default(),
+            metadata,
         }
     }
 

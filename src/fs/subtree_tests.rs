@@ -37,6 +37,7 @@ async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
             prefix: String::new(),
             readonly: false,
             flush_on_close: false,
+            posix_metadata: false,
             uid: 0,
             gid: 0,
             dir_perm: 0o755,

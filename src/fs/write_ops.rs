@@ -12,7 +12,9 @@ use super::descriptors::{self, OpenFile};
 use super::dir_pages::ManifestPages;
 use super::inode::Node;
 use super::listing::{self, ChildKind, NAME_MAX, valid_name};
+use super::meta_ops::Creator;
 use super::passthrough::{HandleIo, OpenKind};
+use super::posix::{S_IFDIR, S_IFREG};
 use super::{
     Attr, Backend, BackendSettings, FileHandle, Fs, FsError, Result, SequentialDetector, Unlinked,
     lock, pending_kind,
@@ -21,6 +23,7 @@ use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
 use crate::manifest::format::EntryKind;
 use crate::manifest::registry::blocking;
+use crate::store::InMemory;
 
 /// A rename's flags that msfs honours (the rest are refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -36,6 +39,11 @@ pub struct RenameFlags {
 pub struct SetAttr {
     pub size: Option<u64>,
     pub mtime: Option<SystemTime>,
+    /// Permission bits, owner and access time: kept by `posix_metadata` backends only.
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<SystemTime>,
     /// The handle the change was made through, if any (ftruncate).
     pub fh: Option<u64>,
 }
@@ -46,15 +54,15 @@ const RELEASE_WAIT_ROUNDS: u32 = 200;
 const RELEASE_WAIT_ROUND: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A directory that can be changed: its node, backend and the backend's current settings.
-struct WritableDir {
-    node: Node,
-    backend: Arc<Backend>,
-    settings: Arc<BackendSettings>,
+pub(super) struct WritableDir {
+    pub node: Node,
+    pub backend: Arc<Backend>,
+    pub settings: Arc<BackendSettings>,
 }
 
 impl Fs {
     /// Directory `ino`, if changes may be made in it.
-    fn writable_dir(&self, ino: u64) -> Result<WritableDir> {
+    pub(super) fn writable_dir(&self, ino: u64) -> Result<WritableDir> {
         let node = self.node(ino)?;
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
@@ -78,7 +86,7 @@ impl Fs {
         })
     }
 
-    fn check_new_name(name: &str) -> Result<()> {
+    pub(super) fn check_new_name(name: &str) -> Result<()> {
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
@@ -91,6 +99,16 @@ impl Fs {
     /// Creates and opens a new, empty file. (The kernel only asks after a failed lookup, and
     /// handles O_EXCL itself.)
     pub async fn create(&self, parent: u64, name: &str) -> Result<(Attr, u64)> {
+        self.create_as(parent, name, None).await
+    }
+
+    /// [`Fs::create`] by `creator`, whose owner and mode a `posix_metadata` backend keeps.
+    pub async fn create_as(
+        &self,
+        parent: u64,
+        name: &str,
+        creator: Option<Creator>,
+    ) -> Result<(Attr, u64)> {
         Self::check_new_name(name)?;
         let dir = self.writable_dir(parent)?;
         let path = listing::child_path(&dir.node.path, name);
@@ -101,6 +119,8 @@ impl Fs {
         lock(&self.unlinked).remove(&(store_id, key.clone()));
         let target = dir.settings.target(&dir.backend.dir_name, &path);
         let file = self.engines.writes.create(target).await;
+        file.set_metadata(Self::creator_metadata(&dir.settings, S_IFREG, creator));
+        self.metadata.forget(file.target.store.id(), &key);
         self.note_written(file.target.store.id(), &key);
         let kind = pending_kind(file.meta());
         let node = {
@@ -150,7 +170,17 @@ impl Fs {
     /// with `flush_on_close`, before this returns. A failed flush fails the mknod; the file is
     /// released all the same, as the kernel's RELEASE follows a failed FLUSH.
     pub async fn mknod(&self, parent: u64, name: &str) -> Result<Attr> {
-        let (attr, fh) = self.create(parent, name).await?;
+        self.mknod_as(parent, name, None).await
+    }
+
+    /// [`Fs::mknod`] by `creator`.
+    pub async fn mknod_as(
+        &self,
+        parent: u64,
+        name: &str,
+        creator: Option<Creator>,
+    ) -> Result<Attr> {
+        let (attr, fh) = self.create_as(parent, name, creator).await?;
         let flushed = self.flush(fh, None).await;
         self.release(fh).await;
         flushed.map(|()| attr)
@@ -229,12 +259,15 @@ impl Fs {
         Ok(())
     }
 
-    /// Truncates or extends a file, and sets the time `stat` shows. Mode and ownership changes
-    /// are accepted and ignored: they are per backend, not per object.
+    /// Truncates or extends a file, and sets its times, mode and owner: kept with the object by
+    /// a `posix_metadata` backend (`meta_ops`); elsewhere only the time `stat` shows while the
+    /// file is being written, and mode and owner changes are accepted and ignored (they are the
+    /// backend's).
     pub async fn setattr(&self, ino: u64, change: SetAttr) -> Result<Attr> {
         if let Some(size) = change.size {
             self.set_size(ino, size, change.fh).await?;
         }
+        self.change_posix(ino, &change).await?;
         if let Some(mtime) = change.mtime {
             let node = self.node(ino)?;
             if let Some(backend) = &node.backend {
@@ -301,6 +334,7 @@ impl Fs {
         let key = dir.settings.key_of(&path);
         let store = &dir.settings.store;
         self.engines.writes.forget(store.id(), &key).await;
+        self.metadata.forget(store.id(), &key);
         let ino = lock(&self.inodes).child(parent, name);
         // Checked and recorded under the `unlinked` lock, which `release` holds while it decides
         // whether its handle was the last (see there): the object is deleted exactly once.
@@ -335,6 +369,17 @@ impl Fs {
     }
 
     pub async fn mkdir(&self, parent: u64, name: &str) -> Result<Attr> {
+        self.mkdir_as(parent, name, None).await
+    }
+
+    /// [`Fs::mkdir`] by `creator`: a `posix_metadata` backend's marker carries its owner and
+    /// mode.
+    pub async fn mkdir_as(
+        &self,
+        parent: u64,
+        name: &str,
+        creator: Option<Creator>,
+    ) -> Result<Attr> {
         Self::check_new_name(name)?;
         let dir = self.writable_dir(parent)?;
         match self.resolve(&dir.node, dir.backend.clone(), name).await {
@@ -343,12 +388,22 @@ impl Fs {
             Err(e) => return Err(e),
         }
         let path = listing::child_path(&dir.node.path, name);
-        super::check_key_len(&dir.settings.dir_prefix_of(&path))?;
-        dir.settings
-            .store
-            .put(&dir.settings.dir_prefix_of(&path), Bytes::new())
-            .await
-            .map_err(|e| Self::store_error(&dir.backend, e))?;
+        let marker = dir.settings.dir_prefix_of(&path);
+        super::check_key_len(&marker)?;
+        let metadata = Self::creator_metadata(&dir.settings, S_IFDIR, creator);
+        let made = if metadata.is_empty() {
+            dir.settings.store.put(&marker, Bytes::new()).await
+        } else {
+            let empty = Arc::new(InMemory(Bytes::new()));
+            (dir.settings.store)
+                .put_with_metadata(&marker, empty, &metadata)
+                .await
+        };
+        made.map_err(|e| Self::store_error(&dir.backend, e))?;
+        if dir.settings.posix_metadata {
+            self.metadata
+                .put(dir.settings.store.id(), &marker, metadata);
+        }
         dir.settings
             .record(&dir.backend.dir_name, &path, Change::Upsert(EntryKind::Dir))
             .await;
@@ -510,10 +565,21 @@ impl Fs {
                 }
                 let store = &settings.store;
                 let marker = |p: &str| settings.dir_prefix_of(p);
-                store
-                    .put(&marker(&new_path), Bytes::new())
-                    .await
+                // The moved directory keeps its mode and owner (`posix_metadata`).
+                let metadata = match settings.posix_metadata {
+                    true => (store.head_with_metadata(&marker(&path)).await)
+                        .map_err(|e| Self::store_error(&from.backend, e))?
+                        .map(|(_, metadata)| metadata)
+                        .unwrap_or_default(),
+                    false => Default::default(),
+                };
+                let empty = Arc::new(InMemory(Bytes::new()));
+                (store
+                    .put_with_metadata(&marker(&new_path), empty, &metadata)
+                    .await)
                     .map_err(|e| Self::store_error(&from.backend, e))?;
+                self.metadata.forget(store.id(), &marker(&new_path));
+                self.metadata.forget(store.id(), &marker(&path));
                 store
                     .delete(&marker(&path))
                     .await
@@ -639,6 +705,8 @@ impl Fs {
         // Whatever was being written at the destination is replaced: dropped, and any commit
         // of it finished, before the copy, so that it cannot land on top of the copy.
         writes.forget(store.id(), &new_key).await;
+        self.metadata.forget(store.id(), &new_key);
+        self.metadata.forget(store.id(), &key);
         let copied = writes
             .copy_object(store.as_ref(), &source, &new_key)
             .await

@@ -12,6 +12,7 @@ mod watchdog;
 pub use resend::request_resend;
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use tokio::runtime::Handle;
 use crate::warm::abi::{WARM_IOCTL, WarmRequest};
 
 use crate::fs::{
-    Attr, BLOCK_SIZE, Fs, FsError, Kind, NameUse, OpenIo, OpenMode, Opened, Registration,
+    Attr, BLOCK_SIZE, Creator, Fs, FsError, Kind, NameUse, OpenIo, OpenMode, Opened, Registration,
     RenameFlags, SetAttr, errno_name, request_name,
 };
 use watchdog::{InFlight, Pending, Watchdog};
@@ -358,6 +359,16 @@ fn name_of(
     request_name(name, purpose).map_err(|e| errno(fs, op, parent, &e))
 }
 
+/// Who makes a new object, and its permission bits: `mode` without the `umask` (the kernel
+/// sends both unless the filesystem asks to apply the umask itself, and has applied it then).
+fn creator(req: &Request, mode: u32, umask: u32) -> Creator {
+    Creator {
+        uid: req.uid(),
+        gid: req.gid(),
+        perm: mode & !umask & 0o7777,
+    }
+}
+
 fn file_attr(attr: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(attr.ino),
@@ -367,10 +378,7 @@ fn file_attr(attr: &Attr) -> FileAttr {
         mtime: attr.mtime,
         ctime: attr.mtime,
         crtime: attr.mtime,
-        kind: match attr.kind {
-            Kind::Dir => FileType::Directory,
-            Kind::File => FileType::RegularFile,
-        },
+        kind: file_type(attr),
         perm: attr.perm,
         nlink: attr.nlink,
         uid: attr.uid,
@@ -385,6 +393,7 @@ fn file_type(attr: &Attr) -> FileType {
     match attr.kind {
         Kind::Dir => FileType::Directory,
         Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
     }
 }
 
@@ -671,11 +680,11 @@ impl Filesystem for FuseAdapter {
         &self,
         req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
         fh: Option<FileHandle>,
@@ -685,12 +694,17 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let time = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => t,
+            TimeOrNow::Now => std::time::SystemTime::now(),
+        };
         let change = SetAttr {
             size,
-            mtime: mtime.map(|t| match t {
-                TimeOrNow::SpecificTime(t) => t,
-                TimeOrNow::Now => std::time::SystemTime::now(),
-            }),
+            mtime: mtime.map(time),
+            mode,
+            uid,
+            gid,
+            atime: atime.map(time),
             fh: fh.map(|fh| fh.0),
         };
         self.spawn("setattr", ino, req, move |fs| async move {
@@ -707,11 +721,11 @@ impl Filesystem for FuseAdapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Only regular files exist in an object store.
+        // Only regular files exist in an object store (devices, FIFOs and sockets do not).
         if mode & libc::S_IFMT != libc::S_IFREG {
             return reply.error(refused(&self.fs, "mknod", parent, Errno::EPERM));
         }
@@ -719,8 +733,9 @@ impl Filesystem for FuseAdapter {
             Ok(name) => name,
             Err(errno) => return reply.error(errno),
         };
+        let creator = creator(req, mode, umask);
         self.spawn("mknod", parent, req, move |fs| async move {
-            match fs.mknod(parent.0, &name).await {
+            match fs.mknod_as(parent.0, &name, Some(creator)).await {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
                 Err(e) => reply.error(errno(&fs, "mknod", parent, &e)),
             }
@@ -732,8 +747,8 @@ impl Filesystem for FuseAdapter {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let name = match name_of(&self.fs, "mkdir", parent, name, NameUse::New) {
@@ -741,8 +756,9 @@ impl Filesystem for FuseAdapter {
             Err(errno) => return reply.error(errno),
         };
         let resent = resent(req);
+        let creator = creator(req, mode, umask);
         self.spawn("mkdir", parent, req, move |fs| async move {
-            let made = match fs.mkdir(parent.0, &name).await {
+            let made = match fs.mkdir_as(parent.0, &name, Some(creator)).await {
                 Err(FsError::Exists) if resent => {
                     landed_before("mkdir", parent, &name);
                     fs.lookup(parent.0, &name).await
@@ -794,14 +810,33 @@ impl Filesystem for FuseAdapter {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
-        _link_name: &OsStr,
-        _target: &std::path::Path,
+        link_name: &OsStr,
+        target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        // Object stores have no links, whatever the name.
-        reply.error(refused(&self.fs, "symlink", parent, Errno::EPERM));
+        let name = match name_of(&self.fs, "symlink", parent, link_name, NameUse::New) {
+            Ok(name) => name,
+            Err(errno) => return reply.error(errno),
+        };
+        let target = target.as_os_str().as_bytes().to_vec();
+        let creator = creator(req, 0o777, 0);
+        self.spawn("symlink", parent, req, move |fs| async move {
+            match fs.symlink(parent.0, &name, &target, creator).await {
+                Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
+                Err(e) => reply.error(errno(&fs, "symlink", parent, &e)),
+            }
+        });
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn("readlink", ino, req, move |fs| async move {
+            match fs.readlink(ino.0).await {
+                Ok(target) => reply.data(&target),
+                Err(e) => reply.error(errno(&fs, "readlink", ino, &e)),
+            }
+        });
     }
 
     fn rename(
@@ -886,8 +921,8 @@ impl Filesystem for FuseAdapter {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
@@ -895,8 +930,9 @@ impl Filesystem for FuseAdapter {
             Ok(name) => name,
             Err(errno) => return reply.error(errno),
         };
+        let creator = creator(req, mode, umask);
         self.spawn("create", parent, req, move |fs| async move {
-            match fs.create(parent.0, &name).await {
+            match fs.create_as(parent.0, &name, Some(creator)).await {
                 Ok((attr, fh)) => reply.created(
                     &fs.ttl(),
                     &file_attr(&attr),

@@ -37,6 +37,21 @@ pub trait BodySource: Send + Sync + Debug {
     async fn read(&self, range: Range<u64>) -> Result<Bytes>;
 }
 
+/// A body already in memory.
+#[derive(Debug)]
+pub struct InMemory(pub Bytes);
+
+#[async_trait]
+impl BodySource for InMemory {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    async fn read(&self, range: Range<u64>) -> Result<Bytes> {
+        Ok(self.0.slice(range.start as usize..range.end as usize))
+    }
+}
+
 /// The whole body in one buffer: for stores that keep the bytes in memory or on local disk.
 pub async fn gather(source: &dyn BodySource) -> Result<Bytes> {
     let len = source.len();

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    BodySource, ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta,
+    BodySource, ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, Metadata, ObjectMeta,
     ObjectStore, PendingUpload, PutResult, Result, StoreError,
 };
 use crate::telemetry::Metrics;
@@ -129,6 +129,56 @@ impl ObjectStore for InstrumentedStore {
     async fn create_multipart(&self, key: &str) -> Result<String> {
         self.timed("create_multipart", key, self.inner.create_multipart(key))
             .await
+    }
+
+    fn keeps_metadata(&self) -> bool {
+        self.inner.keeps_metadata()
+    }
+
+    async fn head_with_metadata(&self, key: &str) -> Result<Option<(ObjectMeta, Metadata)>> {
+        self.timed("head", key, self.inner.head_with_metadata(key))
+            .await
+    }
+
+    async fn put_with_metadata(
+        &self,
+        key: &str,
+        body: Arc<dyn BodySource>,
+        metadata: &Metadata,
+    ) -> Result<PutResult> {
+        self.timed(
+            "put",
+            key,
+            self.inner.put_with_metadata(key, body, metadata),
+        )
+        .await
+    }
+
+    async fn create_multipart_with_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+    ) -> Result<String> {
+        self.timed(
+            "create_multipart",
+            key,
+            self.inner.create_multipart_with_metadata(key, metadata),
+        )
+        .await
+    }
+
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+        if_match: Option<&str>,
+    ) -> Result<PutResult> {
+        self.timed(
+            "copy",
+            key,
+            self.inner.replace_metadata(key, metadata, if_match),
+        )
+        .await
     }
 
     async fn upload_part(

@@ -9,6 +9,7 @@ mod build;
 mod error;
 mod file;
 mod instrumented;
+mod metadata;
 mod pseudo;
 mod ram;
 mod retry;
@@ -24,11 +25,13 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use body::{BODY_CHUNK, BodySource, gather};
+pub use body::{BODY_CHUNK, BodySource, InMemory, gather};
 pub use build::open_store;
 pub use error::{RetryKind, StoreError};
 pub use file::FileStore;
 pub use instrumented::InstrumentedStore;
+use metadata::refuse_metadata;
+pub use metadata::{METADATA_MTIME, Metadata, format_time, parse_time};
 pub use pseudo::{PseudoStore, pseudo_byte, pseudo_fill};
 pub use ram::RamStore;
 pub use retry::{RetryBudget, RetryPolicy, backoff};
@@ -288,7 +291,57 @@ pub trait ObjectStore: Send + Sync + Debug {
     /// Every multipart upload in progress under `prefix` (all pages).
     async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>>;
 
+    /// Copies an object with its metadata.
     async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult>;
+
+    /// Whether objects keep the user metadata they are written with (S3 and the RAM store).
+    /// A store that does not refuses every non-empty [`Metadata`] it is given.
+    fn keeps_metadata(&self) -> bool {
+        false
+    }
+
+    /// Like [`ObjectStore::head`], with the object's user metadata.
+    async fn head_with_metadata(&self, key: &str) -> Result<Option<(ObjectMeta, Metadata)>> {
+        Ok(self.head(key).await?.map(|meta| (meta, Metadata::new())))
+    }
+
+    /// Like [`ObjectStore::put_from`], the object carrying `metadata`.
+    async fn put_with_metadata(
+        &self,
+        key: &str,
+        body: Arc<dyn BodySource>,
+        metadata: &Metadata,
+    ) -> Result<PutResult> {
+        refuse_metadata("put", key, metadata)?;
+        self.put_from(key, body).await
+    }
+
+    /// Like [`ObjectStore::create_multipart`], the completed object carrying `metadata`.
+    async fn create_multipart_with_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+    ) -> Result<String> {
+        refuse_metadata("create_multipart", key, metadata)?;
+        self.create_multipart(key).await
+    }
+
+    /// Replaces the user metadata of an existing object and keeps its bytes: in S3 a CopyObject
+    /// of the object onto itself, never a re-upload. With `if_match`, only while the object
+    /// still has that ETag (else [`StoreError::Changed`]), so a version another writer put
+    /// meanwhile does not get metadata meant for the one it replaced.
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+        if_match: Option<&str>,
+    ) -> Result<PutResult> {
+        let _ = if_match;
+        refuse_metadata("replace_metadata", key, metadata)?;
+        Err(StoreError::Setup(format!(
+            "replace_metadata {key}: this store keeps no object metadata"
+        )))
+    }
 
     /// Deletes one object; deleting a missing object succeeds, as in S3.
     async fn delete(&self, key: &str) -> Result<()>;

@@ -11,12 +11,14 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
-use aws_sdk_s3::types::{CompletedMultipartUpload, Delete, EncodingType, ObjectIdentifier};
+use aws_sdk_s3::types::{
+    CompletedMultipartUpload, Delete, EncodingType, MetadataDirective, ObjectIdentifier,
+};
 use bytes::Bytes;
 
 use super::body::{ProducerError, streamed};
 use super::{
-    BodySource, ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta,
+    BodySource, ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, Metadata, ObjectMeta,
     ObjectStore, PendingUpload, PutResult, Result, RetryPolicy, StoreError,
 };
 
@@ -206,6 +208,11 @@ fn to_size(size: Option<i64>) -> u64 {
     size.and_then(|s| u64::try_from(s).ok()).unwrap_or(0)
 }
 
+/// Metadata as the SDK sends it: none rather than an empty map.
+fn sent_metadata(metadata: &Metadata) -> Option<std::collections::HashMap<String, String>> {
+    (!metadata.is_empty()).then(|| metadata.clone().into_iter().collect())
+}
+
 /// A 412 to a request made conditional on `expected` (`If-Match`, `x-amz-copy-source-if-match`):
 /// `key` no longer has that ETag.
 fn precondition_failed(
@@ -249,6 +256,14 @@ impl ObjectStore for S3Store {
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        Ok(self.head_with_metadata(key).await?.map(|(meta, _)| meta))
+    }
+
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
+
+    async fn head_with_metadata(&self, key: &str) -> Result<Option<(ObjectMeta, Metadata)>> {
         let out = self
             .retry
             .run("head", key, || async {
@@ -262,12 +277,21 @@ impl ObjectStore for S3Store {
             })
             .await;
         match out {
-            Ok(out) => Ok(Some(ObjectMeta {
-                key: key.to_string(),
-                size: to_size(out.content_length()),
-                etag: out.e_tag().unwrap_or_default().to_string(),
-                last_modified: to_system_time(out.last_modified()),
-            })),
+            Ok(out) => Ok(Some((
+                ObjectMeta {
+                    key: key.to_string(),
+                    size: to_size(out.content_length()),
+                    etag: out.e_tag().unwrap_or_default().to_string(),
+                    last_modified: to_system_time(out.last_modified()),
+                },
+                out.metadata()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ))),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -397,6 +421,15 @@ impl ObjectStore for S3Store {
 
     /// Streams the body in chunks, as `upload_part_from` does.
     async fn put_from(&self, key: &str, body: Arc<dyn BodySource>) -> Result<PutResult> {
+        self.put_with_metadata(key, body, &Metadata::new()).await
+    }
+
+    async fn put_with_metadata(
+        &self,
+        key: &str,
+        body: Arc<dyn BodySource>,
+        metadata: &Metadata,
+    ) -> Result<PutResult> {
         let len = body.len();
         let out = self
             .retry
@@ -407,6 +440,7 @@ impl ObjectStore for S3Store {
                     .put_object()
                     .bucket(&self.bucket)
                     .key(key)
+                    .set_metadata(sent_metadata(metadata))
                     .content_length(i64::try_from(len).unwrap_or(i64::MAX))
                     .body(ByteStream::from_body_1_x(chunks))
                     .send()
@@ -419,7 +453,11 @@ impl ObjectStore for S3Store {
         })
     }
 
-    async fn create_multipart(&self, key: &str) -> Result<String> {
+    async fn create_multipart_with_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+    ) -> Result<String> {
         let out = self
             .retry
             .run("create_multipart", key, || async {
@@ -427,6 +465,7 @@ impl ObjectStore for S3Store {
                     .create_multipart_upload()
                     .bucket(&self.bucket)
                     .key(key)
+                    .set_metadata(sent_metadata(metadata))
                     .send()
                     .await
                     .map_err(|e| self.classify("create_multipart", key, e))
@@ -441,6 +480,43 @@ impl ObjectStore for S3Store {
                 code: "MissingUploadId".into(),
                 message: "the server returned no upload id".into(),
             })
+    }
+
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+        if_match: Option<&str>,
+    ) -> Result<PutResult> {
+        const OP: &str = "replace_metadata";
+        let out = self
+            .retry
+            .run(OP, key, || async {
+                self.client
+                    .copy_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .copy_source(self.copy_source(key))
+                    .set_copy_source_if_match(if_match.map(str::to_string))
+                    .metadata_directive(MetadataDirective::Replace)
+                    .set_metadata(sent_metadata(metadata))
+                    .send()
+                    .await
+                    .map_err(|e| precondition_failed(self.classify(OP, key, e), OP, key, if_match))
+            })
+            .await?;
+        Ok(PutResult {
+            etag: out
+                .copy_object_result()
+                .and_then(|r| r.e_tag())
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+
+    async fn create_multipart(&self, key: &str) -> Result<String> {
+        self.create_multipart_with_metadata(key, &Metadata::new())
+            .await
     }
 
     async fn upload_part(

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{
-    ChunkSink, CompletedPart, CopySource, FileStore, ListPage, ListRequest, ObjectMeta,
-    ObjectStore, PendingUpload, PutResult, Result as StoreResult, StoreError,
+    BodySource, ChunkSink, CompletedPart, CopySource, FileStore, ListPage, ListRequest, Metadata,
+    ObjectMeta, ObjectStore, PendingUpload, PutResult, Result as StoreResult, StoreError,
 };
 
 /// A store that forwards to another (a [`FileStore`] unless built with [`TestStore::over`]),
@@ -247,6 +247,50 @@ impl ObjectStore for TestStore {
     async fn create_multipart(&self, key: &str) -> StoreResult<String> {
         self.write_call("create_multipart", key)?;
         self.inner.create_multipart(key).await
+    }
+
+    fn keeps_metadata(&self) -> bool {
+        self.inner.keeps_metadata()
+    }
+
+    async fn head_with_metadata(&self, key: &str) -> StoreResult<Option<(ObjectMeta, Metadata)>> {
+        self.count("head");
+        self.inner.head_with_metadata(key).await
+    }
+
+    /// Without metadata, the counted and gated `put` path; with it, counted only.
+    async fn put_with_metadata(
+        &self,
+        key: &str,
+        body: Arc<dyn BodySource>,
+        metadata: &Metadata,
+    ) -> StoreResult<PutResult> {
+        if metadata.is_empty() {
+            return self.put_from(key, body).await;
+        }
+        self.write_call("put", key)?;
+        self.inner.put_with_metadata(key, body, metadata).await
+    }
+
+    async fn create_multipart_with_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+    ) -> StoreResult<String> {
+        self.write_call("create_multipart", key)?;
+        self.inner
+            .create_multipart_with_metadata(key, metadata)
+            .await
+    }
+
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+        if_match: Option<&str>,
+    ) -> StoreResult<PutResult> {
+        self.write_call("copy", key)?;
+        self.inner.replace_metadata(key, metadata, if_match).await
     }
 
     async fn upload_part(

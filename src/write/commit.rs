@@ -18,7 +18,10 @@ use super::plan::{self, PlannedPart, Source};
 use super::read::{Piece, read_plan};
 use super::{Inner, WriteError};
 use crate::cache::{ObjectReader, ObjectVersion};
-use crate::store::{BODY_CHUNK, BodySource, CompletedPart, CopySource, StoreError};
+use crate::store::{
+    BODY_CHUNK, BodySource, CompletedPart, CopySource, InMemory, METADATA_MTIME, Metadata,
+    StoreError, format_time,
+};
 use crate::telemetry::Metrics;
 
 /// Parts of one file's commit sent at once.
@@ -32,6 +35,18 @@ struct Snapshot {
     base_len: u64,
     dirty: Extents,
     spill: Option<Arc<File>>,
+    metadata: Metadata,
+    metadata_version: u64,
+}
+
+/// The metadata a commit sends: the file's, with its modification time as of now when it keeps
+/// one (the writes since it was set changed it).
+fn metadata_at_commit(state: &State) -> Metadata {
+    let mut metadata = state.metadata.clone();
+    if let Some(mtime) = metadata.get_mut(METADATA_MTIME) {
+        *mtime = format_time(state.mtime);
+    }
+    metadata
 }
 
 impl Snapshot {
@@ -43,6 +58,8 @@ impl Snapshot {
             base_len: state.base_len,
             dirty: state.dirty.clone(),
             spill: state.spill.clone(),
+            metadata: metadata_at_commit(state),
+            metadata_version: state.metadata_version,
         }
     }
 
@@ -187,7 +204,9 @@ pub(super) async fn commit_once(
     let target = &file.target;
     let started = Instant::now();
     let result = if snapshot.size < inner.config.multipart_threshold && upload.is_none() {
-        put_whole(inner, target, &snapshot).await
+        put_whole(inner, target, &snapshot)
+            .await
+            .map(|(etag, body)| (etag, body, snapshot.metadata_version))
     } else {
         let mut sent = multipart(inner, file, &snapshot).await;
         // `multipart` forgets an upload that vanished under it (someone aborted it; garage
@@ -197,12 +216,19 @@ pub(super) async fn commit_once(
         if upload_vanished(&sent) && file.state().upload.is_none() {
             sent = multipart(inner, file, &snapshot).await;
         }
-        sent.map(|etag| (etag, None))
+        sent.map(|(etag, metadata_version)| (etag, None, metadata_version))
+    };
+    let result = match result {
+        Ok((etag, body, sent)) => settle_metadata(file, etag, sent)
+            .await
+            .map(|(etag, settled)| (etag, body, settled)),
+        Err(e) => Err(e),
     };
     inner
         .metrics
         .record_commit(&target.backend, result.is_ok(), started.elapsed());
-    let (etag, body) = result.map_err(|e| conflict_if_base_replaced(e, &snapshot, target))?;
+    let (etag, body, settled) =
+        result.map_err(|e| conflict_if_base_replaced(e, &snapshot, target))?;
     let committed = ObjectVersion {
         key: target.key.clone(),
         etag,
@@ -211,7 +237,40 @@ pub(super) async fn commit_once(
     tracing::debug!(backend = %target.backend, key = %target.key, size = snapshot.size,
         elapsed = ?started.elapsed(), "committed");
     finish(inner, file, snapshot.generation, committed, body).await;
+    let mut state = file.state();
+    if state.metadata_version != settled && !state.deleted {
+        // Changed between the fix-up and the rebase: one more commit carries it.
+        state.generation += 1;
+    }
     Ok(())
+}
+
+/// The object landed as `etag` with the metadata of version `sent`; while the file's metadata
+/// has changed since (a chmod or utime during the commit), replaces it in the store, which
+/// costs one CopyObject of the object onto itself. Returns the final ETag and the version the
+/// object carries.
+async fn settle_metadata(
+    file: &DirtyFile,
+    mut etag: String,
+    mut sent: u64,
+) -> Result<(String, u64), WriteError> {
+    let target = &file.target;
+    loop {
+        let (metadata, version) = {
+            let state = file.state();
+            (state.metadata.clone(), state.metadata_version)
+        };
+        if version == sent {
+            return Ok((etag, sent));
+        }
+        etag = target
+            .store
+            .replace_metadata(&target.key, &metadata, Some(&etag))
+            .await
+            .map_err(|source| WriteError::store(target, source))?
+            .etag;
+        sent = version;
+    }
 }
 
 /// A commit holds the file's commit lock, so its base can only change under it by another
@@ -348,7 +407,7 @@ async fn put_whole(
         let body = snapshot_body(inner, target, snapshot, 0..snapshot.size);
         let put = target
             .store
-            .put_from(&target.key, body)
+            .put_with_metadata(&target.key, body, &snapshot.metadata)
             .await
             .map_err(|source| WriteError::store(target, source))?;
         return Ok((put.etag, None));
@@ -358,11 +417,15 @@ async fn put_whole(
         .bytes(&inner.reader, target, 0..snapshot.size)
         .await?;
     let body = buffered(body, reservation, &inner.metrics);
-    let put = target
-        .store
-        .put(&target.key, body.clone())
-        .await
-        .map_err(|source| WriteError::store(target, source))?;
+    let put = if snapshot.metadata.is_empty() {
+        target.store.put(&target.key, body.clone()).await
+    } else {
+        let source = Arc::new(InMemory(body.clone()));
+        (target.store)
+            .put_with_metadata(&target.key, source, &snapshot.metadata)
+            .await
+    }
+    .map_err(|source| WriteError::store(target, source))?;
     Ok((put.etag, Some(body)))
 }
 
@@ -388,10 +451,11 @@ async fn multipart(
     inner: &Arc<Inner>,
     file: &Arc<DirtyFile>,
     snapshot: &Arc<Snapshot>,
-) -> Result<String, WriteError> {
+) -> Result<(String, u64), WriteError> {
     let target = &file.target;
     let _streaming_stopped = StopStreaming::wait(file).await;
-    let (upload_id, part_size) = ensure_upload(inner, file, snapshot.size).await?;
+    let (upload_id, part_size, metadata_version) =
+        ensure_upload(inner, file, snapshot.size).await?;
     let planned = {
         let state = file.state();
         plan::plan_parts(
@@ -441,7 +505,7 @@ async fn multipart(
         .journal
         .remove(target.store.as_ref(), &target.key, &upload_id)
         .await;
-    Ok(etag)
+    Ok((etag, metadata_version))
 }
 
 fn upload_vanished<T>(sent: &Result<T, WriteError>) -> bool {
@@ -595,18 +659,19 @@ fn remember_part(
 }
 
 /// The file's multipart upload, started if there is none (or if the one streamed into has a
-/// part size too small for the file's size now), and journalled. Returns its id and part size.
+/// part size too small for the file's size now), and journalled. Returns its id, part size and
+/// the version of the metadata it was created with.
 async fn ensure_upload(
     inner: &Inner,
     file: &DirtyFile,
     size: u64,
-) -> Result<(String, u64), WriteError> {
+) -> Result<(String, u64, u64), WriteError> {
     let _one_at_a_time = file.upload_lock.lock().await;
     let (existing, stale) = {
         let mut state = file.state();
         match state.upload.take() {
             Some(u) if plan::part_count(size, u.part_size) <= plan::MAX_PARTS => {
-                let found = (u.id.clone(), u.part_size);
+                let found = (u.id.clone(), u.part_size, u.metadata_version);
                 state.upload = Some(u);
                 (Some(found), None)
             }
@@ -620,9 +685,13 @@ async fn ensure_upload(
         return Ok(found);
     }
     let target = &file.target;
+    let (metadata, metadata_version) = {
+        let state = file.state();
+        (state.metadata.clone(), state.metadata_version)
+    };
     let id = target
         .store
-        .create_multipart(&target.key)
+        .create_multipart_with_metadata(&target.key, &metadata)
         .await
         .map_err(|source| WriteError::store(target, source))?;
     inner
@@ -639,10 +708,11 @@ async fn ensure_upload(
     state.upload = Some(Upload {
         id: id.clone(),
         part_size,
+        metadata_version,
         parts: Default::default(),
     });
     state.part_changed.clear();
-    Ok((id, part_size))
+    Ok((id, part_size, metadata_version))
 }
 
 /// Aborts a multipart upload that will not be completed, on its own task (nobody waits). Its
@@ -739,7 +809,7 @@ async fn stream_part(
     part_size: u64,
 ) -> Result<(), WriteError> {
     let target = &file.target;
-    let (upload_id, actual_size) = ensure_upload(inner, file, range.end).await?;
+    let (upload_id, actual_size, _) = ensure_upload(inner, file, range.end).await?;
     if actual_size != part_size {
         return Ok(()); // the grid changed under us; the commit will cover this part
     }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use crate::cache::ObjectVersion;
-use crate::store::{CompletedPart, ObjectStore};
+use crate::store::{CompletedPart, Metadata, ObjectStore};
 
 use super::durable::{self, SpillLog};
 use super::extents::Extents;
@@ -51,6 +51,8 @@ pub trait CommitObserver: Send + Sync + std::fmt::Debug {
 pub(super) struct Upload {
     pub id: String,
     pub part_size: u64,
+    /// The `metadata_version` the upload was created with: its object carries that metadata.
+    pub metadata_version: u64,
     /// Part index → the part as uploaded, with the generation its bytes were read at and the
     /// range they covered.
     pub parts: BTreeMap<u64, UploadedPart>,
@@ -83,6 +85,12 @@ pub(super) struct State {
     pub committed: u64,
     /// The smallest size since the running commit took its snapshot.
     pub low_water: u64,
+    /// The user metadata the next commit gives the object (`posix_metadata`: mode, owner,
+    /// times); empty for backends without.
+    pub metadata: Metadata,
+    /// Bumped by every change of `metadata`: a commit that sent an older one fixes it up after
+    /// landing (`commit::settle_metadata`) rather than sending the bytes again.
+    pub metadata_version: u64,
     /// A background commit failure fsync has not reported yet.
     pub failure: Option<String>,
     /// Unlinked or renamed away: nothing more is committed.
@@ -227,6 +235,8 @@ impl DirtyFile {
                 generation: 0,
                 committed,
                 low_water: size,
+                metadata: Metadata::new(),
+                metadata_version: 0,
                 failure: None,
                 deleted: false,
                 stranded: false,
@@ -273,6 +283,30 @@ impl DirtyFile {
         let mut state = self.state();
         durable::log_mtime(&mut state, mtime);
         state.mtime = mtime;
+    }
+
+    /// The metadata the file's object is committed with from now on. A commit already sending
+    /// bytes with older metadata replaces it once it lands (one CopyObject, not a new upload).
+    pub fn set_metadata(&self, metadata: Metadata) {
+        let mut state = self.state();
+        if state.metadata != metadata {
+            state.metadata = metadata;
+            state.metadata_version += 1;
+        }
+    }
+
+    /// Sets the metadata of a file just opened, unless someone set it first (another handle
+    /// opened it meanwhile and may already have changed it).
+    pub fn init_metadata(&self, metadata: Metadata) {
+        let mut state = self.state();
+        if state.metadata_version == 0 {
+            state.metadata = metadata;
+            state.metadata_version = 1;
+        }
+    }
+
+    pub fn metadata(&self) -> Metadata {
+        self.state().metadata.clone()
     }
 
     /// `read_spill` on a blocking-pool thread: a slow or stalled local disk must not hold up the

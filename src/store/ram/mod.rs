@@ -20,15 +20,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::{Bound, Range};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 
 use super::{
-    CompletedPart, CopySource, ListPage, ListRequest, ObjectMeta, ObjectStore, PendingUpload,
-    PutResult, Result, StoreError,
+    BodySource, CompletedPart, CopySource, ListPage, ListRequest, Metadata, ObjectMeta,
+    ObjectStore, PendingUpload, PutResult, Result, StoreError, gather,
 };
 use crate::config::RamConfig;
 
@@ -40,11 +40,13 @@ struct Object {
     body: Bytes,
     etag: String,
     last_modified: SystemTime,
+    metadata: Metadata,
 }
 
 #[derive(Debug)]
 struct Upload {
     key: String,
+    metadata: Metadata,
     initiated: SystemTime,
     parts: BTreeMap<i32, Part>,
 }
@@ -132,14 +134,15 @@ impl RamStore {
         })
     }
 
-    /// Stores `body` under `key`, replacing any object there, within the bounds. `freed` bytes
+    /// Stores `body` with its `metadata` under `key`, replacing any object there, within the
+    /// bounds. `freed` bytes
     /// (parts of a completed upload) are released in the same step.
     fn store(
         &self,
         state: &mut State,
         op: &'static str,
         key: &str,
-        body: Bytes,
+        (body, metadata): (Bytes, Metadata),
         freed: u64,
         etag_suffix: &str,
     ) -> Result<PutResult> {
@@ -168,6 +171,7 @@ impl RamStore {
                 body,
                 etag: etag.clone(),
                 last_modified: SystemTime::now(),
+                metadata,
             },
         );
         Ok(PutResult { etag })
@@ -342,10 +346,74 @@ impl ObjectStore for RamStore {
 
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult> {
         let mut state = self.state();
-        self.store(&mut state, "put", key, body, 0, "")
+        self.store(&mut state, "put", key, (body, Metadata::new()), 0, "")
     }
 
     async fn create_multipart(&self, key: &str) -> Result<String> {
+        self.create_multipart_with_metadata(key, &Metadata::new())
+            .await
+    }
+
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
+
+    async fn head_with_metadata(&self, key: &str) -> Result<Option<(ObjectMeta, Metadata)>> {
+        let state = self.state();
+        Ok(state
+            .objects
+            .get(key)
+            .map(|o| (meta(key, o), o.metadata.clone())))
+    }
+
+    async fn put_with_metadata(
+        &self,
+        key: &str,
+        body: Arc<dyn BodySource>,
+        metadata: &Metadata,
+    ) -> Result<PutResult> {
+        let body = gather(body.as_ref()).await?;
+        let mut state = self.state();
+        self.store(&mut state, "put", key, (body, metadata.clone()), 0, "")
+    }
+
+    /// Keeps the bytes and their ETag (as S3 does for an object not uploaded in parts).
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+        if_match: Option<&str>,
+    ) -> Result<PutResult> {
+        const OP: &str = "replace_metadata";
+        let mut state = self.state();
+        let object = state
+            .objects
+            .get_mut(key)
+            .ok_or_else(|| StoreError::NotFound {
+                op: OP,
+                key: key.to_string(),
+            })?;
+        if let Some(expected) = if_match
+            && object.etag != expected
+        {
+            return Err(StoreError::Changed {
+                op: OP,
+                key: key.to_string(),
+                expected: expected.to_string(),
+            });
+        }
+        object.metadata = metadata.clone();
+        object.last_modified = SystemTime::now();
+        Ok(PutResult {
+            etag: object.etag.clone(),
+        })
+    }
+
+    async fn create_multipart_with_metadata(
+        &self,
+        key: &str,
+        metadata: &Metadata,
+    ) -> Result<String> {
         let mut state = self.state();
         state.serial += 1;
         let id = format!("ram{:x}-upload-{:x}", self.instance, state.serial);
@@ -353,6 +421,7 @@ impl ObjectStore for RamStore {
             id.clone(),
             Upload {
                 key: key.to_string(),
+                metadata: metadata.clone(),
                 initiated: SystemTime::now(),
                 parts: BTreeMap::new(),
             },
@@ -454,9 +523,10 @@ impl ObjectStore for RamStore {
             joined.freeze()
         };
         let suffix = format!("-{}", parts.len());
+        let metadata = upload.metadata.clone();
         // The parts' bytes become the object's: released in the same step, so a completion only
         // fails when the store is out of objects, never out of space.
-        let done = self.store(&mut state, OP, key, body, freed, &suffix)?;
+        let done = self.store(&mut state, OP, key, (body, metadata), freed, &suffix)?;
         state.uploads.remove(upload_id);
         state.in_parts -= freed;
         Ok(done)
@@ -487,7 +557,14 @@ impl ObjectStore for RamStore {
     async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult> {
         let mut state = self.state();
         let source = Self::object(&state, "copy", source_key)?;
-        self.store(&mut state, "copy", dest_key, source.body, 0, "")
+        self.store(
+            &mut state,
+            "copy",
+            dest_key,
+            (source.body, source.metadata),
+            0,
+            "",
+        )
     }
 
     async fn delete(&self, key: &str) -> Result<()> {

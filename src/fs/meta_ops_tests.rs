@@ -1,0 +1,636 @@
+//! Modes, owners, times and symbolic links of `posix_metadata` backends, tested at the `Fs`
+//! level over a counting RAM store: what the store ends up holding (read back with
+//! `head_with_metadata`), what `getattr` shows, and what a second `Fs` over the same store (a
+//! fresh mount) shows.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use super::super::posix::{S_IFDIR, S_IFLNK, S_IFREG};
+use super::super::tests::test_engines;
+use super::super::{Backend, FsOptions, OpenMode, Opened, ROOT_INO};
+use super::*;
+use crate::store::testing::TestStore;
+use crate::store::{ObjectStore, RamStore};
+
+/// One mount over a shared store; the spill directory lives as long as it.
+struct Mount {
+    fs: Fs,
+    _spill: tempfile::TempDir,
+}
+
+/// Backend defaults, which the objects' own metadata must override.
+const FILE_PERM: u16 = 0o644;
+const DIR_PERM: u16 = 0o755;
+const BACKEND_UID: u32 = 1000;
+const BACKEND_GID: u32 = 1000;
+
+fn ram_store() -> Arc<TestStore> {
+    TestStore::over(
+        RamStore::new(
+            "ram",
+            crate::config::RamConfig {
+                max_list_page_size: 1000,
+                max_total_objects: 1 << 20,
+                max_total_object_space: 1 << 30,
+            },
+        ),
+        "ram",
+    )
+}
+
+/// An `Fs` showing `store` as backend "data", writable, with or without `posix_metadata`.
+fn mount(store: &Arc<TestStore>, posix_metadata: bool) -> Mount {
+    let backend = Arc::new(Backend::new(
+        "data",
+        BackendSettings {
+            store: store.clone(),
+            prefix: String::new(),
+            readonly: false,
+            flush_on_close: false,
+            posix_metadata,
+            uid: BACKEND_UID,
+            gid: BACKEND_GID,
+            dir_perm: DIR_PERM,
+            file_perm: FILE_PERM,
+            page_size: None,
+            manifest: None,
+        },
+    ));
+    let options = FsOptions {
+        uid: 0,
+        gid: 0,
+        dir_perm: 0o555,
+        ttl: Duration::from_secs(60),
+    };
+    let spill = tempfile::tempdir().expect("spill dir");
+    let engines = test_engines(spill.path(), 64 << 20);
+    Mount {
+        fs: Fs::new(options, engines, vec![backend]),
+        _spill: spill,
+    }
+}
+
+async fn resolve(fs: &Fs, path: &str) -> Result<Attr> {
+    let mut attr = fs.getattr(ROOT_INO).await?;
+    for name in path.split('/').filter(|s| !s.is_empty()) {
+        attr = fs.lookup(attr.ino, name).await?;
+    }
+    Ok(attr)
+}
+
+/// The metadata the store holds for `key` (panics if there is no such object).
+async fn stored_metadata(store: &TestStore, key: &str) -> Metadata {
+    store
+        .head_with_metadata(key)
+        .await
+        .expect("head")
+        .unwrap_or_else(|| panic!("{key} is in the store"))
+        .1
+}
+
+async fn stored_body(store: &TestStore, key: &str) -> Bytes {
+    let (meta, _) = store
+        .head_with_metadata(key)
+        .await
+        .expect("head")
+        .unwrap_or_else(|| panic!("{key} is in the store"));
+    store.get_range(key, 0..meta.size, None).await.expect("get")
+}
+
+/// Commits everything still being written and checks that nothing failed.
+async fn drain(fs: &Fs) {
+    let failed = fs.engines.writes.drain().await;
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// Creates `name` in the backend root by `creator`, writes `body`, and commits it.
+async fn create_committed(fs: &Fs, name: &str, body: &[u8], creator: Creator) -> Attr {
+    let data = resolve(fs, "data").await.expect("data");
+    let (attr, fh) = fs
+        .create_as(data.ino, name, Some(creator))
+        .await
+        .expect("create");
+    fs.write(fh, 0, body).await.expect("write");
+    fs.flush(fh, None).await.expect("flush");
+    fs.release(fh).await;
+    drain(fs).await;
+    attr
+}
+
+fn metadata_of(pairs: &[(&str, &str)]) -> Metadata {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn put_with(store: &TestStore, key: &str, body: &[u8], metadata: &Metadata) {
+    let body = Arc::new(InMemory(Bytes::copy_from_slice(body)));
+    store
+        .put_with_metadata(key, body, metadata)
+        .await
+        .expect("put");
+}
+
+const OWNER: Creator = Creator {
+    uid: 1234,
+    gid: 5678,
+    perm: 0o640,
+};
+
+#[tokio::test]
+async fn meta_ops_a_created_file_carries_its_creators_mode_and_owner() {
+    let store = ram_store();
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let (created, fh) =
+        m.fs.create_as(data.ino, "f", Some(OWNER))
+            .await
+            .expect("create");
+    assert_eq!(
+        (created.perm, created.uid, created.gid),
+        (0o640, 1234, 5678),
+        "create's reply shows the creator's"
+    );
+    m.fs.write(fh, 0, b"hello").await.expect("write");
+    m.fs.flush(fh, None).await.expect("flush");
+    m.fs.release(fh).await;
+    drain(&m.fs).await;
+
+    let metadata = stored_metadata(&store, "f").await;
+    assert_eq!(metadata["mode"], "33184", "S_IFREG|0640 in decimal");
+    assert_eq!(metadata["mode"], (S_IFREG | 0o640).to_string());
+    assert_eq!(metadata["uid"], "1234");
+    assert_eq!(metadata["gid"], "5678");
+    assert!(metadata.contains_key("mtime"), "{metadata:?}");
+    assert_eq!(&stored_body(&store, "f").await[..], b"hello");
+
+    let attr = m.fs.getattr(created.ino).await.expect("getattr");
+    assert_eq!(
+        (attr.kind, attr.size, attr.perm, attr.uid, attr.gid),
+        (Kind::File, 5, 0o640, 1234, 5678)
+    );
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert_eq!(
+        (attr.perm, attr.uid, attr.gid),
+        (0o640, 1234, 5678),
+        "a fresh mount shows them"
+    );
+}
+
+#[tokio::test]
+async fn meta_ops_chmod_of_a_clean_file_is_one_copy_and_sticks() {
+    let store = ram_store();
+    let m = mount(&store, true);
+    let created = create_committed(&m.fs, "f", b"hello", OWNER).await;
+    let (puts, copies) = (store.calls("put"), store.calls("copy"));
+    let change = SetAttr {
+        mode: Some(S_IFREG | 0o600),
+        ..SetAttr::default()
+    };
+    let attr = m.fs.setattr(created.ino, change).await.expect("chmod");
+    assert_eq!((attr.perm, attr.uid, attr.gid), (0o600, 1234, 5678));
+    assert_eq!(
+        store.calls("copy"),
+        copies + 1,
+        "one CopyObject onto itself"
+    );
+    assert_eq!(store.calls("put"), puts, "never a re-upload");
+
+    let metadata = stored_metadata(&store, "f").await;
+    assert_eq!(metadata["mode"], (S_IFREG | 0o600).to_string());
+    assert_eq!(
+        (metadata["uid"].as_str(), metadata["gid"].as_str()),
+        ("1234", "5678"),
+        "the owner is kept"
+    );
+    assert_eq!(&stored_body(&store, "f").await[..], b"hello", "bytes kept");
+    let attr = m.fs.getattr(created.ino).await.expect("getattr");
+    assert_eq!(attr.perm, 0o600);
+
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert_eq!((attr.perm, attr.uid, attr.gid), (0o600, 1234, 5678));
+    // The file is still readable through the first mount (the replace kept its version).
+    let Opened { fh, .. } =
+        m.fs.open(created.ino, OpenMode::default())
+            .await
+            .expect("open");
+    assert_eq!(&m.fs.read(fh, 0, 100).await.expect("read")[..], b"hello");
+    m.fs.release(fh).await;
+}
+
+#[tokio::test]
+async fn meta_ops_chown_and_utimens_stick_to_the_nanosecond() {
+    let store = ram_store();
+    // An object written by someone else, without any metadata.
+    store
+        .put("f", Bytes::from_static(b"abc"))
+        .await
+        .expect("put");
+    let m = mount(&store, true);
+    let f = resolve(&m.fs, "data/f").await.expect("lookup");
+    assert_eq!(
+        (f.perm, f.uid, f.gid),
+        (FILE_PERM, BACKEND_UID, BACKEND_GID),
+        "the backend's until changed"
+    );
+    let copies = store.calls("copy");
+    let puts = store.calls("put");
+
+    let chown = SetAttr {
+        uid: Some(42),
+        gid: Some(43),
+        ..SetAttr::default()
+    };
+    let attr = m.fs.setattr(f.ino, chown).await.expect("chown");
+    assert_eq!((attr.uid, attr.gid, attr.perm), (42, 43, FILE_PERM));
+
+    let mtime = UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+    let atime = UNIX_EPOCH + Duration::new(1_700_000_100, 5);
+    let utimens = SetAttr {
+        mtime: Some(mtime),
+        atime: Some(atime),
+        ..SetAttr::default()
+    };
+    let attr = m.fs.setattr(f.ino, utimens).await.expect("utimens");
+    assert_eq!(attr.mtime, mtime);
+    assert_eq!((attr.uid, attr.gid), (42, 43), "the chown is not lost");
+    assert_eq!(store.calls("copy"), copies + 2, "one copy per setattr");
+    assert_eq!(store.calls("put"), puts);
+
+    let metadata = stored_metadata(&store, "f").await;
+    assert_eq!(metadata["uid"], "42");
+    assert_eq!(metadata["gid"], "43");
+    assert_eq!(metadata["mtime"], "1700000000.123456789");
+    assert_eq!(metadata["atime"], "1700000100.000000005");
+    assert!(
+        !metadata.contains_key("mode"),
+        "no mode was asked for: {metadata:?}"
+    );
+    assert_eq!(&stored_body(&store, "f").await[..], b"abc");
+
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert_eq!((attr.uid, attr.gid, attr.perm), (42, 43, FILE_PERM));
+    assert_eq!(attr.mtime, mtime, "mtime round-trips with its nanoseconds");
+    assert_eq!(
+        again.fs.getattr(attr.ino).await.expect("getattr").mtime,
+        mtime
+    );
+}
+
+#[tokio::test]
+async fn meta_ops_directories_keep_theirs_on_the_marker_made_if_missing() {
+    let store = ram_store();
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let creator = Creator {
+        uid: 7,
+        gid: 8,
+        perm: 0o750,
+    };
+    let d =
+        m.fs.mkdir_as(data.ino, "d", Some(creator))
+            .await
+            .expect("mkdir");
+    assert_eq!((d.kind, d.perm, d.uid, d.gid), (Kind::Dir, 0o750, 7, 8));
+    let metadata = stored_metadata(&store, "d/").await;
+    assert_eq!(metadata["mode"], (S_IFDIR | 0o750).to_string());
+    assert_eq!(metadata["mode"], "16872");
+    assert_eq!(
+        (metadata["uid"].as_str(), metadata["gid"].as_str()),
+        ("7", "8")
+    );
+    let attr = m.fs.getattr(d.ino).await.expect("getattr");
+    assert_eq!((attr.perm, attr.uid, attr.gid), (0o750, 7, 8));
+
+    // An implicit directory: a key below it, no marker.
+    store
+        .put("d2/x", Bytes::from_static(b"x"))
+        .await
+        .expect("put");
+    let d2 = resolve(&m.fs, "data/d2").await.expect("d2");
+    assert_eq!((d2.kind, d2.perm), (Kind::Dir, DIR_PERM));
+    assert!(
+        store
+            .head_with_metadata("d2/")
+            .await
+            .expect("head")
+            .is_none()
+    );
+    let chmod = SetAttr {
+        mode: Some(S_IFDIR | 0o700),
+        ..SetAttr::default()
+    };
+    let attr = m.fs.setattr(d2.ino, chmod).await.expect("chmod");
+    assert_eq!((attr.kind, attr.perm), (Kind::Dir, 0o700));
+    let metadata = stored_metadata(&store, "d2/").await;
+    assert_eq!(metadata["mode"], (S_IFDIR | 0o700).to_string());
+    assert_eq!(
+        &stored_body(&store, "d2/").await[..],
+        b"",
+        "an empty marker"
+    );
+
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/d2").await.expect("d2");
+    assert_eq!((attr.kind, attr.perm), (Kind::Dir, 0o700));
+    let x = resolve(&again.fs, "data/d2/x").await.expect("d2/x");
+    assert_eq!(x.kind, Kind::File, "the directory's content is untouched");
+    let attr = resolve(&again.fs, "data/d").await.expect("d");
+    assert_eq!((attr.perm, attr.uid, attr.gid), (0o750, 7, 8));
+}
+
+#[tokio::test]
+async fn meta_ops_symlinks_round_trip_and_need_posix_metadata() {
+    let store = ram_store();
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let target = b"../some dir/target\xff";
+    let creator = Creator {
+        uid: 11,
+        gid: 12,
+        perm: 0o644, // links are 0777 whatever the umask
+    };
+    let link =
+        m.fs.symlink(data.ino, "link", target, creator)
+            .await
+            .expect("symlink");
+    assert_eq!(link.kind, Kind::Symlink);
+    assert_eq!(link.size, target.len() as u64);
+    assert_eq!((link.perm, link.uid, link.gid), (0o777, 11, 12));
+    assert_eq!(
+        &m.fs.readlink(link.ino).await.expect("readlink")[..],
+        target
+    );
+    assert_eq!(
+        m.fs.getattr(link.ino).await.expect("getattr").kind,
+        Kind::Symlink
+    );
+
+    assert_eq!(&stored_body(&store, "link").await[..], target);
+    let metadata = stored_metadata(&store, "link").await;
+    assert_eq!(metadata["mode"], (S_IFLNK | 0o777).to_string());
+    assert_eq!(metadata["mode"], "41471");
+    assert_eq!(
+        (metadata["uid"].as_str(), metadata["gid"].as_str()),
+        ("11", "12")
+    );
+
+    let exists = m.fs.symlink(data.ino, "link", b"x", creator).await;
+    assert_eq!(exists.map(|_| ()).map_err(|e| e.errno()), Err(libc::EEXIST));
+
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/link").await.expect("lookup");
+    assert_eq!(attr.kind, Kind::Symlink);
+    assert_eq!(
+        &again.fs.readlink(attr.ino).await.expect("readlink")[..],
+        target
+    );
+
+    // A plain file is not a link.
+    let plain = create_committed(&m.fs, "plain", b"p", OWNER).await;
+    let refused = m.fs.readlink(plain.ino).await;
+    assert_eq!(refused.map_err(|e| e.errno()), Err(libc::EINVAL));
+
+    let plain_store = ram_store();
+    let without = mount(&plain_store, false);
+    let data = resolve(&without.fs, "data").await.expect("data");
+    let refused = without.fs.symlink(data.ino, "link", target, creator).await;
+    assert_eq!(refused.map(|_| ()).map_err(|e| e.errno()), Err(libc::EPERM));
+    assert!(
+        plain_store
+            .head_with_metadata("link")
+            .await
+            .expect("head")
+            .is_none(),
+        "nothing was written"
+    );
+}
+
+#[tokio::test]
+async fn meta_ops_rewriting_a_file_keeps_its_mode_and_owner() {
+    let store = ram_store();
+    // As s3fs leaves it after `chmod 750 f; chown 1234:5678 f`, with a name of someone else's.
+    let theirs = metadata_of(&[
+        ("mode", "33256"),
+        ("uid", "1234"),
+        ("gid", "5678"),
+        ("mtime", "1600000000"),
+        ("owner-team", "ml"),
+    ]);
+    put_with(&store, "f", b"old contents", &theirs).await;
+    let m = mount(&store, true);
+    let f = resolve(&m.fs, "data/f").await.expect("lookup");
+    assert_eq!((f.perm, f.uid, f.gid), (0o750, 1234, 5678));
+
+    let truncate = OpenMode {
+        write: true,
+        truncate: true,
+        direct: false,
+    };
+    let Opened { fh, .. } = m.fs.open(f.ino, truncate).await.expect("open");
+    m.fs.write(fh, 0, b"new").await.expect("write");
+    let writing = m.fs.getattr(f.ino).await.expect("getattr while writing");
+    assert_eq!(
+        (writing.perm, writing.uid, writing.gid),
+        (0o750, 1234, 5678)
+    );
+    m.fs.fsync(fh).await.expect("fsync");
+    m.fs.release(fh).await;
+    drain(&m.fs).await;
+
+    assert_eq!(&stored_body(&store, "f").await[..], b"new");
+    let metadata = stored_metadata(&store, "f").await;
+    assert_eq!(metadata["mode"], "33256");
+    assert_eq!(
+        (metadata["uid"].as_str(), metadata["gid"].as_str()),
+        ("1234", "5678")
+    );
+    assert_eq!(metadata["owner-team"], "ml", "names of others are kept");
+    let attr = m.fs.getattr(f.ino).await.expect("getattr");
+    assert_eq!(
+        (attr.size, attr.perm, attr.uid, attr.gid),
+        (3, 0o750, 1234, 5678)
+    );
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert_eq!(
+        (attr.size, attr.perm, attr.uid, attr.gid),
+        (3, 0o750, 1234, 5678)
+    );
+}
+
+/// Writing a file's content is a modification: its stored `mtime` (which `stat` shows over the
+/// object's own Last-Modified) must follow, as s3fs's does, or `make` and `rsync` see a file
+/// rewritten just now as unchanged since its creation.
+#[tokio::test]
+async fn meta_ops_rewriting_a_file_moves_its_mtime() {
+    let store = ram_store();
+    let old = UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    let theirs = metadata_of(&[("mode", "33188"), ("mtime", "1600000000")]);
+    put_with(&store, "f", b"old contents", &theirs).await;
+    let m = mount(&store, true);
+    let f = resolve(&m.fs, "data/f").await.expect("lookup");
+    assert_eq!(f.mtime, old);
+
+    let before = SystemTime::now() - Duration::from_secs(1);
+    let truncate = OpenMode {
+        write: true,
+        truncate: true,
+        direct: false,
+    };
+    let Opened { fh, .. } = m.fs.open(f.ino, truncate).await.expect("open");
+    m.fs.write(fh, 0, b"new").await.expect("write");
+    let writing = m.fs.getattr(f.ino).await.expect("getattr while writing");
+    assert!(
+        writing.mtime >= before,
+        "while written: {:?}",
+        writing.mtime
+    );
+    m.fs.fsync(fh).await.expect("fsync");
+    m.fs.release(fh).await;
+    drain(&m.fs).await;
+
+    let attr = m.fs.getattr(f.ino).await.expect("getattr");
+    assert!(attr.mtime >= before, "after the commit: {:?}", attr.mtime);
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert!(attr.mtime >= before, "on a fresh mount: {:?}", attr.mtime);
+}
+
+#[tokio::test]
+async fn meta_ops_without_posix_metadata_changes_are_accepted_and_forgotten() {
+    let store = ram_store();
+    store
+        .put("f", Bytes::from_static(b"abc"))
+        .await
+        .expect("put");
+    let m = mount(&store, false);
+    let f = resolve(&m.fs, "data/f").await.expect("lookup");
+    assert_eq!(
+        (f.perm, f.uid, f.gid),
+        (FILE_PERM, BACKEND_UID, BACKEND_GID)
+    );
+    let (puts, copies) = (store.calls("put"), store.calls("copy"));
+    let change = SetAttr {
+        mode: Some(S_IFREG | 0o600),
+        uid: Some(42),
+        gid: Some(43),
+        ..SetAttr::default()
+    };
+    let attr = m.fs.setattr(f.ino, change).await.expect("accepted");
+    assert_eq!(
+        (attr.perm, attr.uid, attr.gid),
+        (FILE_PERM, BACKEND_UID, BACKEND_GID)
+    );
+    assert_eq!(
+        (store.calls("put"), store.calls("copy")),
+        (puts, copies),
+        "no request"
+    );
+    assert!(stored_metadata(&store, "f").await.is_empty());
+
+    // Creators are not recorded either: new objects carry no metadata.
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let d =
+        m.fs.mkdir_as(data.ino, "d", Some(OWNER))
+            .await
+            .expect("mkdir");
+    assert_eq!((d.perm, d.uid), (DIR_PERM, BACKEND_UID));
+    assert!(stored_metadata(&store, "d/").await.is_empty());
+    let created = create_committed(&m.fs, "g", b"g", OWNER).await;
+    assert_eq!((created.perm, created.uid), (FILE_PERM, BACKEND_UID));
+    assert!(stored_metadata(&store, "g").await.is_empty());
+}
+
+#[tokio::test]
+async fn meta_ops_chmod_of_a_dirty_file_rides_on_its_commit() {
+    let store = ram_store();
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let (created, fh) =
+        m.fs.create_as(data.ino, "f", Some(OWNER))
+            .await
+            .expect("create");
+    m.fs.write(fh, 0, b"pending").await.expect("write");
+    let change = SetAttr {
+        mode: Some(S_IFREG | 0o604),
+        uid: Some(99),
+        ..SetAttr::default()
+    };
+    let attr = m.fs.setattr(created.ino, change).await.expect("chmod");
+    assert_eq!((attr.perm, attr.uid, attr.gid), (0o604, 99, 5678));
+    assert_eq!(store.calls("copy"), 0, "nothing to copy yet");
+    assert!(
+        store.head_with_metadata("f").await.expect("head").is_none(),
+        "not committed yet"
+    );
+
+    m.fs.flush(fh, None).await.expect("flush");
+    m.fs.release(fh).await;
+    drain(&m.fs).await;
+    let metadata = stored_metadata(&store, "f").await;
+    assert_eq!(metadata["mode"], (S_IFREG | 0o604).to_string());
+    assert_eq!(
+        (metadata["uid"].as_str(), metadata["gid"].as_str()),
+        ("99", "5678")
+    );
+    assert_eq!(&stored_body(&store, "f").await[..], b"pending");
+    assert_eq!(
+        store.calls("copy"),
+        0,
+        "the commit carried it: no fix-up copy"
+    );
+    assert_eq!(store.calls("put"), 1, "one upload");
+
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert_eq!((attr.perm, attr.uid, attr.gid), (0o604, 99, 5678));
+}
+
+/// `ls -l`: opening a directory reads its entries' metadata in one round, so the lookups that
+/// follow ask the store nothing.
+#[tokio::test]
+async fn meta_ops_opendir_reads_the_entries_metadata_ahead() {
+    let store = ram_store();
+    for i in 0..5u32 {
+        let mode = (S_IFREG | (0o600 + i)).to_string();
+        let uid = (100 + i).to_string();
+        put_with(
+            &store,
+            &format!("d/f{i}"),
+            b"x",
+            &metadata_of(&[("mode", &mode), ("uid", &uid)]),
+        )
+        .await;
+    }
+    let dir_mode = (S_IFDIR | 0o711).to_string();
+    put_with(&store, "d/sub/", b"", &metadata_of(&[("mode", &dir_mode)])).await;
+    let m = mount(&store, true);
+    let d = resolve(&m.fs, "data/d").await.expect("d");
+    let heads = store.calls("head");
+    let fh = m.fs.opendir(d.ino).await.expect("opendir");
+    assert_eq!(
+        store.calls("head"),
+        heads + 6,
+        "one HEAD per entry, at opendir"
+    );
+    let heads = store.calls("head");
+    for i in 0..5u32 {
+        let attr = m.fs.lookup(d.ino, &format!("f{i}")).await.expect("lookup");
+        assert_eq!((attr.perm, attr.uid), ((0o600 + i) as u16, 100 + i));
+    }
+    let sub = m.fs.lookup(d.ino, "sub").await.expect("sub");
+    assert_eq!((sub.kind, sub.perm), (Kind::Dir, 0o711));
+    assert_eq!(
+        store.calls("head"),
+        heads,
+        "the lookups asked the store nothing"
+    );
+    m.fs.releasedir(fh);
+}

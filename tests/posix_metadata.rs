@@ -1,0 +1,278 @@
+//! `posix_metadata: true` on a real garage bucket through a real mount: modes, owners, times
+//! and symbolic links are kept in each object's user metadata under s3fs's names, survive a
+//! remount, read back what an s3fs-written object carries, and the kernel enforces them per
+//! user (`default_permissions` with `allow_other`).
+
+mod common;
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, chown, symlink};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, UNIX_EPOCH};
+
+use common::{Garage, MsfsMount, config_yaml_with, s3_backend_yaml};
+
+/// `nobody` and a uid that has no account: neither needs to exist for the kernel's checks.
+const NOBODY: u32 = 65534;
+const STRANGER: u32 = 4321;
+
+fn config(garage: &Garage, bucket: &str) -> String {
+    config_yaml_with(
+        "allow_other: true\n",
+        &[format!(
+            "{}    readonly: false\n    flush_on_close: true\n    posix_metadata: true\n",
+            s3_backend_yaml("data", bucket, "", garage)
+        )],
+    )
+}
+
+/// The object's user metadata, as S3 returns it.
+async fn metadata_of(garage: &Garage, bucket: &str, key: &str) -> HashMap<String, String> {
+    let head = garage
+        .client()
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("HEAD {key}: {e}"));
+    head.metadata().cloned().unwrap_or_default()
+}
+
+/// (mode with type bits, uid, gid, mtime in seconds) of `path`, not following a link.
+fn stat(path: &Path) -> (u32, u32, u32, i64) {
+    let meta = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("lstat {path:?}: {e}"));
+    (meta.mode(), meta.uid(), meta.gid(), meta.mtime())
+}
+
+/// Runs `program args…` as `uid` (group the same, no supplementary groups) in the C locale.
+fn as_user(uid: u32, program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .uid(uid)
+        .gid(uid)
+        .env("LC_ALL", "C")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {program} as {uid}: {e}"));
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The mount fixture keeps its mountpoint in a private (0700) directory: open the way to it.
+fn open_the_way_to(m: &MsfsMount) {
+    let parent = m.path().parent().expect("the mountpoint has a parent");
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))
+        .expect("open the mountpoint's parent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modes_owners_times_and_links_are_kept_in_the_objects_and_survive_a_remount() {
+    let garage = Garage::start();
+    garage.create_bucket("posix");
+    let config = config(&garage, "posix");
+    let mut m = MsfsMount::start(&config, "yaml").expect("mount");
+    let data = m.path().join("data");
+    let when = UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+
+    std::fs::write(data.join("script.sh"), "#!/bin/sh\necho hi\n").expect("write");
+    std::fs::set_permissions(
+        data.join("script.sh"),
+        std::fs::Permissions::from_mode(0o750),
+    )
+    .expect("chmod");
+    chown(data.join("script.sh"), Some(1234), Some(5678)).expect("chown");
+    std::fs::File::options()
+        .write(true)
+        .open(data.join("script.sh"))
+        .and_then(|f| f.set_modified(when))
+        .expect("set the modification time");
+    std::fs::DirBuilder::new()
+        .create(data.join("dir"))
+        .expect("mkdir");
+    std::fs::set_permissions(data.join("dir"), std::fs::Permissions::from_mode(0o711))
+        .expect("chmod dir");
+    symlink("script.sh", data.join("link")).expect("symlink");
+
+    let file = (libc::S_IFREG | 0o750, 1234, 5678, 1_500_000_000);
+    let dir_mode = libc::S_IFDIR | 0o711;
+    assert_eq!(stat(&data.join("script.sh")), file);
+    assert_eq!(stat(&data.join("dir")).0, dir_mode);
+    assert_eq!(stat(&data.join("link")).0, libc::S_IFLNK | 0o777);
+    assert_eq!(
+        std::fs::read_link(data.join("link")).expect("readlink"),
+        Path::new("script.sh")
+    );
+
+    // In the objects, as s3fs writes them: the mode in decimal with its type bits.
+    let meta = metadata_of(&garage, "posix", "script.sh").await;
+    assert_eq!(
+        meta.get("mode").map(String::as_str),
+        Some("33256"),
+        "{meta:?}"
+    );
+    assert_eq!(meta.get("uid").map(String::as_str), Some("1234"));
+    assert_eq!(meta.get("gid").map(String::as_str), Some("5678"));
+    assert_eq!(meta.get("mtime").map(String::as_str), Some("1500000000"));
+    let marker = metadata_of(&garage, "posix", "dir/").await;
+    assert_eq!(
+        marker.get("mode"),
+        Some(&dir_mode.to_string()),
+        "{marker:?}"
+    );
+    assert_eq!(garage.get_object("posix", "link").await, b"script.sh");
+    let link = metadata_of(&garage, "posix", "link").await;
+    assert_eq!(link.get("mode"), Some(&(libc::S_IFLNK | 0o777).to_string()));
+
+    // A rename keeps them; an append moves the modification time, not the mode.
+    std::fs::rename(data.join("script.sh"), data.join("run.sh")).expect("rename");
+    std::fs::rename(data.join("dir"), data.join("moved")).expect("rename dir");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("run.sh"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"echo again\n"))
+        .expect("append");
+    let (mode, uid, gid, mtime) = stat(&data.join("run.sh"));
+    assert_eq!((mode, uid, gid), (file.0, file.1, file.2));
+    assert!(mtime > 1_500_000_000, "a write moves the modification time");
+    assert_eq!(stat(&data.join("moved")).0, dir_mode);
+
+    // A new process reads them from the store.
+    m.stop_with_umount();
+    let m = MsfsMount::start(&config, "yaml").expect("mount again");
+    let data = m.path().join("data");
+    let (mode, uid, gid, _) = stat(&data.join("run.sh"));
+    assert_eq!((mode, uid, gid), (file.0, file.1, file.2));
+    assert_eq!(stat(&data.join("moved")).0, dir_mode);
+    assert_eq!(stat(&data.join("link")).0, libc::S_IFLNK | 0o777);
+    assert_eq!(
+        std::fs::read_link(data.join("link")).expect("readlink"),
+        Path::new("script.sh")
+    );
+    let listed = Command::new("ls")
+        .arg("-ln")
+        .arg(&data)
+        .env("LC_ALL", "C")
+        .output()
+        .expect("ls -ln");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("-rwxr-x--- 1 1234 5678"),
+        "ls -l shows each object's own mode and owner:\n{listed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_s3fs_writes_shows_the_same_and_changing_it_copies_no_bytes() {
+    let garage = Garage::start();
+    garage.create_bucket("s3fs-made");
+    // An object and a link as s3fs 1.9x stores them (`chmod 750; chown 1234:1234; ln -s`).
+    let client = garage.client();
+    for (key, body, mode) in [
+        ("tool", "binary", libc::S_IFREG | 0o750),
+        ("latest", "tool", libc::S_IFLNK | 0o777),
+    ] {
+        client
+            .put_object()
+            .bucket("s3fs-made")
+            .key(key)
+            .body(body.as_bytes().to_vec().into())
+            .metadata("mode", mode.to_string())
+            .metadata("uid", "1234")
+            .metadata("gid", "1234")
+            .metadata("mtime", "1600000000")
+            .metadata("team", "vision")
+            .send()
+            .await
+            .expect("put as s3fs would");
+    }
+    let m = MsfsMount::start(&config(&garage, "s3fs-made"), "yaml").expect("mount");
+    let data = m.path().join("data");
+    assert_eq!(
+        stat(&data.join("tool")),
+        (libc::S_IFREG | 0o750, 1234, 1234, 1_600_000_000)
+    );
+    assert_eq!(
+        std::fs::read_link(data.join("latest")).expect("readlink"),
+        Path::new("tool")
+    );
+    assert_eq!(
+        std::fs::read(data.join("latest")).expect("follow"),
+        b"binary"
+    );
+
+    let puts = garage.s3_requests("PutObject");
+    std::fs::set_permissions(data.join("tool"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    assert_eq!(
+        garage.s3_requests("PutObject"),
+        puts,
+        "a chmod is a CopyObject of the object onto itself, not a new upload"
+    );
+    let meta = metadata_of(&garage, "s3fs-made", "tool").await;
+    assert_eq!(meta.get("mode"), Some(&(libc::S_IFREG | 0o755).to_string()));
+    assert_eq!(meta.get("uid").map(String::as_str), Some("1234"));
+    assert_eq!(
+        meta.get("team").map(String::as_str),
+        Some("vision"),
+        "metadata msfs does not know is kept"
+    );
+    assert_eq!(garage.get_object("s3fs-made", "tool").await, b"binary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_users_private_file_is_refused_to_another_user_on_the_same_mount() {
+    let garage = Garage::start();
+    garage.create_bucket("shared");
+    let m = MsfsMount::start(&config(&garage, "shared"), "yaml").expect("mount");
+    open_the_way_to(&m);
+    let shared = m.path().join("data/shared");
+    std::fs::DirBuilder::new().create(&shared).expect("mkdir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let mine = shared.join("mine");
+    let mine_text = mine.to_str().expect("utf-8 path");
+
+    // nobody creates a file and closes it to everyone else.
+    as_user(
+        NOBODY,
+        "sh",
+        &[
+            "-c",
+            r#"echo secret > "$1" && chmod 600 "$1""#,
+            "sh",
+            mine_text,
+        ],
+    )
+    .expect("nobody writes its own file");
+    let (mode, uid, gid, _) = stat(&mine);
+    assert_eq!(
+        (mode & 0o7777, uid, gid),
+        (0o600, NOBODY, NOBODY),
+        "the creator owns it"
+    );
+    assert_eq!(
+        as_user(NOBODY, "cat", &[mine_text]).expect("owner reads"),
+        "secret\n"
+    );
+    let refused = as_user(STRANGER, "cat", &[mine_text]).expect_err("another user reads");
+    assert!(refused.contains("Permission denied"), "{refused}");
+    let refused = as_user(STRANGER, "chmod", &["644", mine_text]).expect_err("another chmods");
+    assert!(refused.contains("Operation not permitted"), "{refused}");
+    let refused = as_user(NOBODY, "chown", &["4321", mine_text]).expect_err("owner gives away");
+    assert!(refused.contains("Operation not permitted"), "{refused}");
+    // Root is not bound by modes.
+    assert_eq!(
+        std::fs::read_to_string(&mine).expect("root reads"),
+        "secret\n"
+    );
+    // And it sticks: the owner and mode are the object's.
+    let meta = metadata_of(&garage, "shared", "shared/mine").await;
+    assert_eq!(meta.get("uid"), Some(&NOBODY.to_string()), "{meta:?}");
+    assert_eq!(meta.get("mode"), Some(&(libc::S_IFREG | 0o600).to_string()));
+}

@@ -634,3 +634,119 @@ async fn meta_ops_opendir_reads_the_entries_metadata_ahead() {
     );
     m.fs.releasedir(fh);
 }
+
+/// utimens on a file being written: the commit stores the time asked for, not the commit's.
+#[tokio::test]
+async fn meta_ops_utimens_of_a_dirty_file_is_what_its_commit_stores() {
+    let store = ram_store();
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let (created, fh) =
+        m.fs.create_as(data.ino, "f", Some(OWNER))
+            .await
+            .expect("create");
+    m.fs.write(fh, 0, b"pending").await.expect("write");
+    let mtime = UNIX_EPOCH + Duration::new(1_500_000_000, 987_654_321);
+    let touch = SetAttr {
+        mtime: Some(mtime),
+        ..SetAttr::default()
+    };
+    let attr = m.fs.setattr(created.ino, touch).await.expect("utimens");
+    assert_eq!(attr.mtime, mtime);
+    m.fs.flush(fh, None).await.expect("flush");
+    m.fs.release(fh).await;
+    drain(&m.fs).await;
+    assert_eq!(
+        stored_metadata(&store, "f").await["mtime"],
+        "1500000000.987654321"
+    );
+    assert_eq!(store.calls("copy"), 0, "the commit carried it");
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert_eq!(attr.mtime, mtime);
+}
+
+/// chmod of a file whose writes are committed but which is still open (the write engine still
+/// holds it, clean): the replace keeps the modification time the commit stored.
+#[tokio::test]
+async fn meta_ops_chmod_of_an_open_committed_file_keeps_its_stored_mtime() {
+    let store = ram_store();
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let (created, fh) =
+        m.fs.create_as(data.ino, "f", Some(OWNER))
+            .await
+            .expect("create");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    m.fs.write(fh, 0, b"written").await.expect("write");
+    m.fs.fsync(fh).await.expect("fsync");
+    let committed = stored_metadata(&store, "f").await["mtime"].clone();
+    let shown = m.fs.getattr(created.ino).await.expect("getattr").mtime;
+    assert_eq!(crate::store::format_time(shown), committed);
+
+    let chmod = SetAttr {
+        mode: Some(S_IFREG | 0o600),
+        ..SetAttr::default()
+    };
+    m.fs.setattr(created.ino, chmod).await.expect("chmod");
+    let metadata = stored_metadata(&store, "f").await;
+    assert_eq!(metadata["mode"], (S_IFREG | 0o600).to_string());
+    assert_eq!(
+        metadata["mtime"], committed,
+        "a chmod does not move the stored mtime back to the create's"
+    );
+    m.fs.release(fh).await;
+    drain(&m.fs).await;
+    let again = mount(&store, true);
+    let attr = resolve(&again.fs, "data/f").await.expect("lookup");
+    assert_eq!((attr.perm, attr.mtime), (0o600, shown));
+}
+
+/// chmod while a commit is sending the file's bytes: the commit lands with the old mode and
+/// fixes it up with one replace (`settle_metadata`), which must keep the modification time of
+/// the writes.
+#[tokio::test]
+async fn meta_ops_chmod_during_a_commit_is_settled_with_the_writes_mtime() {
+    let store = ram_store();
+    let theirs = metadata_of(&[("mode", "33188"), ("mtime", "1600000000")]);
+    put_with(&store, "f", b"0123456789", &theirs).await;
+    let m = mount(&store, true);
+    let f = resolve(&m.fs, "data/f").await.expect("lookup");
+    let write = OpenMode {
+        write: true,
+        truncate: false,
+        direct: false,
+    };
+    let Opened { fh, .. } = m.fs.open(f.ino, write).await.expect("open");
+    let before = SystemTime::now() - Duration::from_secs(1);
+    m.fs.write(fh, 0, b"ab").await.expect("write");
+    // The commit reads the rest of the object from the store: held there.
+    store.hold("f");
+    let fs = &m.fs;
+    let (committed, ()) = tokio::join!(fs.fsync(fh), async {
+        store.until_arrived(1).await;
+        let chmod = SetAttr {
+            mode: Some(S_IFREG | 0o600),
+            ..SetAttr::default()
+        };
+        fs.setattr(f.ino, chmod).await.expect("chmod");
+        store.open_gate();
+    });
+    committed.expect("fsync");
+    m.fs.release(fh).await;
+    drain(&m.fs).await;
+    assert_eq!(&stored_body(&store, "f").await[..], b"ab23456789");
+    let metadata = stored_metadata(&store, "f").await;
+    assert_eq!(metadata["mode"], (S_IFREG | 0o600).to_string());
+    assert_eq!(
+        store.calls("copy"),
+        1,
+        "one fix-up replace after the commit landed"
+    );
+    let mtime = crate::store::parse_time(&metadata["mtime"]).expect("an mtime");
+    assert!(
+        mtime >= before,
+        "the stored mtime is the writes', not the one the file was opened with: {}",
+        metadata["mtime"]
+    );
+}

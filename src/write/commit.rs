@@ -19,8 +19,7 @@ use super::read::{Piece, read_plan};
 use super::{Inner, WriteError};
 use crate::cache::{ObjectReader, ObjectVersion};
 use crate::store::{
-    BODY_CHUNK, BodySource, CompletedPart, CopySource, InMemory, METADATA_MTIME, Metadata,
-    StoreError, format_time,
+    BODY_CHUNK, BodySource, CompletedPart, CopySource, InMemory, Metadata, StoreError,
 };
 use crate::telemetry::Metrics;
 
@@ -39,16 +38,6 @@ struct Snapshot {
     metadata_version: u64,
 }
 
-/// The metadata a commit sends: the file's, with its modification time as of now when it keeps
-/// one (the writes since it was set changed it).
-fn metadata_at_commit(state: &State) -> Metadata {
-    let mut metadata = state.metadata.clone();
-    if let Some(mtime) = metadata.get_mut(METADATA_MTIME) {
-        *mtime = format_time(state.mtime);
-    }
-    metadata
-}
-
 impl Snapshot {
     fn of(state: &State) -> Snapshot {
         Snapshot {
@@ -58,7 +47,7 @@ impl Snapshot {
             base_len: state.base_len,
             dirty: state.dirty.clone(),
             spill: state.spill.clone(),
-            metadata: metadata_at_commit(state),
+            metadata: state.metadata_now(),
             metadata_version: state.metadata_version,
         }
     }
@@ -258,7 +247,7 @@ async fn settle_metadata(
     loop {
         let (metadata, version) = {
             let state = file.state();
-            (state.metadata.clone(), state.metadata_version)
+            (state.metadata_now(), state.metadata_version)
         };
         if version == sent {
             return Ok((etag, sent));

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use crate::cache::ObjectVersion;
-use crate::store::{CompletedPart, Metadata, ObjectStore};
+use crate::store::{CompletedPart, METADATA_MTIME, Metadata, ObjectStore, format_time};
 
 use super::durable::{self, SpillLog};
 use super::extents::Extents;
@@ -142,6 +142,17 @@ impl State {
 
     pub fn is_dirty(&self) -> bool {
         self.generation != self.committed
+    }
+
+    /// The file's metadata with its modification time as of now, when it keeps one: writes and
+    /// `set_mtime` move `mtime`, not the map. What a commit sends, and what a change of other
+    /// values starts from.
+    pub fn metadata_now(&self) -> Metadata {
+        let mut metadata = self.metadata.clone();
+        if let Some(mtime) = metadata.get_mut(METADATA_MTIME) {
+            *mtime = format_time(self.mtime);
+        }
+        metadata
     }
 
     /// Whether this file's new dirty bytes count against the engine's bound: only while a
@@ -305,8 +316,9 @@ impl DirtyFile {
         }
     }
 
+    /// The metadata the next commit sends (see `State::metadata_now`).
     pub fn metadata(&self) -> Metadata {
-        self.state().metadata.clone()
+        self.state().metadata_now()
     }
 
     /// `read_spill` on a blocking-pool thread: a slow or stalled local disk must not hold up the

@@ -19,6 +19,9 @@
 #    object fetched straight from S3.
 # 4. truncate/12.t and ftruncate/12.t of the C pjdfstest (a length past the largest object is
 #    EFBIG; the Rust suite dropped them), on the new process, which must survive them.
+# 5. pjdfstest again on a third process whose backend has `posix_metadata: true` (and the mount
+#    `allow_other`, so that the suite's other users reach it), against its own expected list,
+#    scripts/conformance/pjdfstest-posix-expected.txt.
 # It ends with a line "N passed, N failed" counting these checks.
 #
 # Starts its own garage (sqlite metadata) on random free 127.0.0.1 ports in a temporary
@@ -39,6 +42,7 @@ FSX_VERSION=0.3.2
 FSX_OPS=100000
 CONF=scripts/conformance
 EXPECTED=$CONF/pjdfstest-expected.txt
+EXPECTED_POSIX=$CONF/pjdfstest-posix-expected.txt
 CRASHES=$CONF/pjdfstest-crashes.txt
 BUCKET=conformance
 # Bounds, far above what a healthy run takes here, so that a hang fails the run instead of
@@ -78,10 +82,12 @@ fi
 [[ -x "$msfs" ]] || die "no msfs binary at $msfs"
 
 started=$SECONDS
-work=$(mktemp -d /tmp/msfs-conformance.XXXXXX)
+# Short paths: a socket's path (bind(2)) may not exceed 107 bytes, and pjdfstest's socket tests
+# add their own names below the directory they are given.
+work=$(mktemp -d /tmp/msfs-c.XXXXXX)
 # mktemp makes it 0700; pjdfstest's tests run calls as other users, who must reach the mount.
 chmod 755 "$work"
-mnt=$work/mnt
+mnt=$work/m
 mkdir -p "$mnt" "$work/cache" "$work/ref" "$work/fsx-artifacts"
 msfs_pid=""
 checks_passed=0
@@ -294,30 +300,36 @@ backends:
       access_key_id: \${AWS_ACCESS_KEY_ID}
       secret_access_key: \${AWS_SECRET_ACCESS_KEY}
 YAML
+# run_pjdfstest NAME EXPECTED LOGNAME: pjdfstest in $mnt/data/NAME of the running msfs (logging
+# to $work/LOGNAME.log), every result compared with file EXPECTED. Sets pjd_secs.
+run_pjdfstest() {
+    local name=$1 expected=$2 logname=$3 pjd_start=$SECONDS pjd_rc=0 pjd_ok
+    echo
+    echo "== pjdfstest $PJDFSTEST_VERSION on $mnt/data/$name"
+    mkdir -p "$work/secondary"
+    mkdir "$mnt/data/$name" || die "cannot create $mnt/data/$name on the fresh mount"
+    # -e with every name but the crash list (pjdfstest matches -e against the full names, before
+    # it strips their "pjdfstest::tests::" prefix); the secondary file system (for EXDEV) is local.
+    mapfile -t run_names < <(sed 's/^/pjdfstest::tests::/' "$work/pjdfstest-run.txt")
+    bounded "$PJDFSTEST_TIMEOUT" "$work/$name.out" pjdfstest -c "$CONF/pjdfstest.toml" \
+        -p "$mnt/data/$name" -s "$work/secondary" -e "${run_names[@]}" || pjd_rc=$?
+    pjd_secs=$((SECONDS - pjd_start))
+    ((pjd_rc != 124)) || log "pjdfstest hung: see the tests that never reported below"
+    compare_args=(--output "$work/$name.out" --names "$work/pjdfstest-names.txt"
+        --expected "$expected" --crashes "$CRASHES")
+    [[ -z "$update" ]] || compare_args+=(--update)
+    if python3 "$CONF/pjdfstest_results.py" "${compare_args[@]}"; then pjd_ok=OK; else pjd_ok=FAIL; fi
+    echo "pjdfstest took ${pjd_secs}s"
+    check "$pjd_ok" "pjdfstest: every result as in $expected"
+    if daemon_healthy; then check OK "msfs alive and answering after pjdfstest"; else
+        check FAIL "msfs alive and answering after pjdfstest (pid $msfs_pid; log $work/$logname.log)"
+        tail -20 "$work/$logname.log"
+    fi
+}
+
 start_msfs msfs-1
-echo
-echo "== pjdfstest $PJDFSTEST_VERSION on $mnt/data/pjdfstest"
-mkdir "$work/secondary"
-mkdir "$mnt/data/pjdfstest" || die "cannot create $mnt/data/pjdfstest on the fresh mount"
-pjd_start=$SECONDS
-pjd_rc=0
-# -e with every name but the crash list (pjdfstest matches -e against the full names, before it
-# strips their "pjdfstest::tests::" prefix); the secondary file system (for EXDEV) is local.
-mapfile -t run_names < <(sed 's/^/pjdfstest::tests::/' "$work/pjdfstest-run.txt")
-bounded "$PJDFSTEST_TIMEOUT" "$work/pjdfstest.out" pjdfstest -c "$CONF/pjdfstest.toml" \
-    -p "$mnt/data/pjdfstest" -s "$work/secondary" -e "${run_names[@]}" || pjd_rc=$?
-pjd_secs=$((SECONDS - pjd_start))
-((pjd_rc != 124)) || log "pjdfstest hung: see the tests that never reported below"
-compare_args=(--output "$work/pjdfstest.out" --names "$work/pjdfstest-names.txt"
-    --expected "$EXPECTED" --crashes "$CRASHES")
-[[ -z "$update" ]] || compare_args+=(--update)
-if python3 "$CONF/pjdfstest_results.py" "${compare_args[@]}"; then pjd_ok=OK; else pjd_ok=FAIL; fi
-echo "pjdfstest took ${pjd_secs}s"
-check "$pjd_ok" "pjdfstest: every result as in $EXPECTED"
-if daemon_healthy; then check OK "msfs alive and answering after pjdfstest"; else
-    check FAIL "msfs alive and answering after pjdfstest (pid $msfs_pid; log $work/msfs-1.log)"
-    tail -20 "$work/msfs-1.log"
-fi
+run_pjdfstest pjdfstest "$EXPECTED" msfs-1
+plain_pjd_secs=$pjd_secs
 
 echo
 echo "== fsx $FSX_VERSION: $FSX_OPS operations per seed"
@@ -405,7 +417,21 @@ if daemon_healthy; then check OK "msfs alive and answering after the truncates";
 fi
 if stop_msfs; then check OK "second mount unmounted cleanly"; else check FAIL "second mount unmounted cleanly"; fi
 
+# The same suite where each object keeps its own mode, owner and times; `allow_other` lets the
+# suite's other users (nobody, daemon) into the mount, as a shared volume would.
+sed -e 's/^msfs_version: 1$/msfs_version: 1\nallow_other: true/' \
+    -e 's/^    readonly: false$/    readonly: false\n    posix_metadata: true/' \
+    "$work/msfs.yaml" > "$work/msfs-posix.yaml"
+grep -q '^    posix_metadata: true$' "$work/msfs-posix.yaml" || die "could not derive msfs-posix.yaml"
+cp "$work/msfs-posix.yaml" "$work/msfs.yaml"
+start_msfs msfs-3
+run_pjdfstest posix "$EXPECTED_POSIX" msfs-3
+posix_pjd_secs=$pjd_secs
+if stop_msfs; then check OK "third mount (posix_metadata) unmounted cleanly"; else
+    check FAIL "third mount (posix_metadata) unmounted cleanly"
+fi
+
 echo
-echo "pjdfstest: ${pjd_secs}s; fsx: $FSX_OPS ops x 3 seeds (${seeds[*]}) in ${fsx_secs}s; total $((SECONDS - started))s"
+echo "pjdfstest: ${plain_pjd_secs}s, with posix_metadata ${posix_pjd_secs}s; fsx: $FSX_OPS ops x 3 seeds (${seeds[*]}) in ${fsx_secs}s; total $((SECONDS - started))s"
 echo "$checks_passed passed, $checks_failed failed"
 ((checks_failed == 0))

@@ -99,6 +99,10 @@ async fn modes_owners_times_and_links_are_kept_in_the_objects_and_survive_a_remo
     std::fs::set_permissions(data.join("dir"), std::fs::Permissions::from_mode(0o711))
         .expect("chmod dir");
     symlink("script.sh", data.join("link")).expect("symlink");
+    let fifo = std::ffi::CString::new(data.join("pipe").into_os_string().into_encoded_bytes())
+        .expect("a path without NUL");
+    // SAFETY: a valid NUL-terminated path; mkfifo reads it and keeps nothing.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0, "mkfifo");
 
     let file = (libc::S_IFREG | 0o750, 1234, 5678, 1_500_000_000);
     let dir_mode = libc::S_IFDIR | 0o711;
@@ -129,6 +133,16 @@ async fn modes_owners_times_and_links_are_kept_in_the_objects_and_survive_a_remo
     assert_eq!(garage.get_object("posix", "link").await, b"script.sh");
     let link = metadata_of(&garage, "posix", "link").await;
     assert_eq!(link.get("mode"), Some(&(libc::S_IFLNK | 0o777).to_string()));
+    // A FIFO is an empty object whose mode says so; the kernel carries its data.
+    assert_eq!(stat(&data.join("pipe")).0, libc::S_IFIFO | 0o640);
+    assert_eq!(garage.get_object("posix", "pipe").await, b"");
+    let pipe = data.join("pipe");
+    let writer = std::thread::spawn(move || std::fs::write(pipe, b"through the pipe"));
+    assert_eq!(
+        std::fs::read(data.join("pipe")).expect("read the FIFO"),
+        b"through the pipe"
+    );
+    writer.join().expect("writer").expect("write the FIFO");
 
     // A rename keeps them; an append moves the modification time, not the mode.
     std::fs::rename(data.join("script.sh"), data.join("run.sh")).expect("rename");
@@ -151,6 +165,7 @@ async fn modes_owners_times_and_links_are_kept_in_the_objects_and_survive_a_remo
     assert_eq!((mode, uid, gid), (file.0, file.1, file.2));
     assert_eq!(stat(&data.join("moved")).0, dir_mode);
     assert_eq!(stat(&data.join("link")).0, libc::S_IFLNK | 0o777);
+    assert_eq!(stat(&data.join("pipe")).0, libc::S_IFIFO | 0o640);
     assert_eq!(
         std::fs::read_link(data.join("link")).expect("readlink"),
         Path::new("script.sh")

@@ -27,7 +27,7 @@ pub const SERVICE_ACCOUNT_NAME_KEY: &str = "csi.storage.k8s.io/serviceAccount.na
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
 
 /// Attributes that describe one backend; also the keys of each `backendsJson` entry.
-pub const BACKEND_KEYS: [&str; 15] = [
+pub const BACKEND_KEYS: [&str; 16] = [
     "bucketName",
     "prefix",
     "endpoint",
@@ -40,6 +40,7 @@ pub const BACKEND_KEYS: [&str; 15] = [
     "dirPerm",
     "filePerm",
     "flushOnClose",
+    "posixMetadata",
     "manifestPath",
     "traceLevel",
     "warm",
@@ -226,6 +227,7 @@ fn attribute_name(v1_key: &str) -> String {
         "backend_type" => "backendType",
         "bucket_container_name" => "bucketName",
         "flush_on_close" => "flushOnClose",
+        "posix_metadata" => "posixMetadata",
         "dir_perm" => "dirPerm",
         "file_perm" => "filePerm",
         "trace_level" => "traceLevel",
@@ -339,6 +341,7 @@ fn v1_entry(
     for (attribute, key) in [
         ("prefix", "prefix"),
         ("flushOnClose", "flush_on_close"),
+        ("posixMetadata", "posix_metadata"),
         ("uid", "uid"),
         ("gid", "gid"),
         ("dirPerm", "dir_perm"),

@@ -205,7 +205,9 @@ fn attribute_value(key: &str) -> BoxedStrategy<String> {
             &["S3", "s3", "AIStore", "GCS"],
             &["file", "RAM", "PSEUDO", "x"],
         ),
-        "readonly" | "flushOnClose" => pick(&["true", "false", "TRUE"], &["yes", "", "1"]),
+        "readonly" | "flushOnClose" | "posixMetadata" => {
+            pick(&["true", "false", "TRUE"], &["yes", "", "1"])
+        }
         "dirName" => pick(
             &["a", "b", "data", "é"],
             &[".", "..", "a/b", "", "\0", "$$"],

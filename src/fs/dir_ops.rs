@@ -390,6 +390,9 @@ impl Fs {
                 perm,
                 uid: settings.uid,
                 gid: settings.gid,
+                atime: None,
+                ctime: None,
+                rdev: 0,
             },
             true,
         ))

@@ -32,6 +32,9 @@ impl Fs {
                 perm: self.options.dir_perm,
                 uid: self.options.uid,
                 gid: self.options.gid,
+                atime: None,
+                ctime: None,
+                rdev: 0,
             },
             (Some(b), ChildKind::Dir) => {
                 let b = b.settings();
@@ -44,6 +47,9 @@ impl Fs {
                     perm: b.dir_perm,
                     uid: b.uid,
                     gid: b.gid,
+                    atime: None,
+                    ctime: None,
+                    rdev: 0,
                 }
             }
             (Some(b), ChildKind::File(meta)) => {
@@ -57,6 +63,9 @@ impl Fs {
                     perm: b.file_perm,
                     uid: b.uid,
                     gid: b.gid,
+                    atime: None,
+                    ctime: None,
+                    rdev: 0,
                 }
             }
         }

@@ -16,7 +16,9 @@ use futures::stream::{self, StreamExt};
 
 use super::inode::Node;
 use super::listing::{self, ChildKind, FileMeta};
-use super::posix::{Posix, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use super::posix::{
+    Posix, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK, SPECIAL_TYPES,
+};
 use super::{Attr, BackendSettings, DirEntry, Fs, FsError, Kind, Result, SetAttr, lock};
 use crate::manifest::delta::Change;
 use crate::manifest::format::EntryKind;
@@ -80,13 +82,33 @@ impl Fs {
         let Some(posix) = self.known_posix(node) else {
             return attr;
         };
-        if posix.is_symlink() && attr.kind == Kind::File {
-            attr.kind = Kind::Symlink;
+        if attr.kind == Kind::File {
+            attr.kind = match posix.file_type() {
+                Some(S_IFLNK) => Kind::Symlink,
+                Some(S_IFIFO) => Kind::Fifo,
+                Some(S_IFSOCK) => Kind::Socket,
+                Some(S_IFCHR) => Kind::CharDevice,
+                Some(S_IFBLK) => Kind::BlockDevice,
+                _ => Kind::File,
+            };
         }
         attr.perm = posix.perm().unwrap_or(attr.perm);
         attr.uid = posix.uid.unwrap_or(attr.uid);
         attr.gid = posix.gid.unwrap_or(attr.gid);
         attr.mtime = posix.mtime.unwrap_or(attr.mtime);
+        attr.atime = posix.atime.or(attr.atime);
+        attr.ctime = posix.ctime.or(attr.ctime);
+        attr.rdev = posix.rdev.unwrap_or(attr.rdev);
+        // A directory whose entries this mount changed since its marker's times were written
+        // shows that change (not written back to the marker: that would cost a CopyObject per
+        // create and unlink).
+        if node.is_dir()
+            && let Some(changed) = self.dir_changed_at(node.ino)
+            && changed > attr.mtime
+        {
+            attr.mtime = changed;
+            attr.ctime = Some(attr.ctime.map_or(changed, |c| c.max(changed)));
+        }
         attr
     }
 
@@ -293,19 +315,59 @@ impl Fs {
         target: &[u8],
         creator: Creator,
     ) -> Result<Attr> {
-        let dir = self.writable_dir(parent)?;
-        if !dir.settings.posix_metadata {
-            return Err(FsError::NotPermitted(
-                "symbolic links need posix_metadata on the backend",
-            ));
-        }
-        Self::check_new_name(name)?;
         if target.is_empty() {
             return Err(FsError::NotFound); // symlink(2) with an empty target: ENOENT
         }
         if target.len() > libc::PATH_MAX as usize {
             return Err(FsError::NameTooLong);
         }
+        let creator = Creator {
+            perm: 0o777,
+            ..creator
+        };
+        let posix = Posix::new_object(S_IFLNK, creator.perm, creator.uid, creator.gid);
+        self.make_special(parent, name, Bytes::copy_from_slice(target), posix)
+            .await
+    }
+
+    /// Makes a FIFO, socket or device node (`kind`: its `S_IF*` type bits): an empty object
+    /// whose mode says which, as s3fs stores them. The kernel serves a FIFO or socket itself;
+    /// a device node is there to be listed and copied (the mount is `nodev`). Only
+    /// `posix_metadata` backends keep the type; elsewhere EPERM.
+    pub async fn mknod_special(
+        &self,
+        parent: u64,
+        name: &str,
+        kind: u32,
+        rdev: u32,
+        creator: Creator,
+    ) -> Result<Attr> {
+        if !SPECIAL_TYPES.contains(&kind) {
+            return Err(FsError::Invalid("not a file type mknod can make"));
+        }
+        let mut posix = Posix::new_object(kind, creator.perm, creator.uid, creator.gid);
+        if kind == S_IFCHR || kind == S_IFBLK {
+            posix.rdev = Some(rdev);
+        }
+        self.make_special(parent, name, Bytes::new(), posix).await
+    }
+
+    /// Puts a new object that only `posix_metadata` gives a meaning beyond a file's: `body`
+    /// with `posix` in its metadata, as `name` in `parent`.
+    async fn make_special(
+        &self,
+        parent: u64,
+        name: &str,
+        body: Bytes,
+        posix: Posix,
+    ) -> Result<Attr> {
+        let dir = self.writable_dir(parent)?;
+        if !dir.settings.posix_metadata {
+            return Err(FsError::NotPermitted(
+                "links and special files need posix_metadata on the backend",
+            ));
+        }
+        Self::check_new_name(name)?;
         match self.resolve(&dir.node, dir.backend.clone(), name).await {
             Ok(_) => return Err(FsError::Exists),
             Err(FsError::NotFound) => {}
@@ -314,20 +376,14 @@ impl Fs {
         let path = listing::child_path(&dir.node.path, name);
         let key = dir.settings.key_of(&path);
         super::check_key_len(&key)?;
-        let creator = Creator {
-            perm: 0o777,
-            ..creator
-        };
-        let metadata = Self::creator_metadata(&dir.settings, S_IFLNK, Some(creator));
-        let body = Arc::new(InMemory(Bytes::copy_from_slice(target)));
-        let put = (dir
-            .settings
-            .store
-            .put_with_metadata(&key, body, &metadata)
-            .await)
+        let metadata = posix.written_over(&Metadata::new());
+        let size = body.len() as u64;
+        let put = (dir.settings.store)
+            .put_with_metadata(&key, Arc::new(InMemory(body)), &metadata)
+            .await
             .map_err(|e| Self::store_error(&dir.backend, e))?;
         let meta = FileMeta {
-            size: target.len() as u64,
+            size,
             etag: put.etag.clone(),
             mtime: SystemTime::now(),
         };

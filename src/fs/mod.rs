@@ -84,8 +84,14 @@ pub struct FsOptions {
 pub enum Kind {
     Dir,
     File,
-    /// A file whose `posix_metadata` mode says it is a symbolic link.
+    /// Kinds a `posix_metadata` object's mode may give it (s3fs's forms): a symbolic link,
+    /// and special files whose object is empty (the kernel serves a FIFO or socket itself; a
+    /// device node cannot be opened on a `nodev` mount).
     Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 /// What `stat` shows.
@@ -100,6 +106,11 @@ pub struct Attr {
     pub gid: u32,
     /// Links to it: 2 for a directory, 1 for a file, 0 for a file unlinked while open.
     pub nlink: u32,
+    /// Access and change times, where kept (`posix_metadata`); else `stat` shows `mtime`.
+    pub atime: Option<SystemTime>,
+    pub ctime: Option<SystemTime>,
+    /// The device a character or block device node stands for (`posix_metadata`).
+    pub rdev: u32,
 }
 
 /// The block size `stat` and `statfs` report: the unit applications size their I/O by.
@@ -254,7 +265,8 @@ pub struct Fs {
     removed: Mutex<HashMap<(u64, String), Instant>>,
     /// When this mount last changed each directory's entries: a listing asked for before that
     /// is not cached.
-    dir_changed: Mutex<HashMap<u64, Instant>>,
+    /// (Also by the clock: a `posix_metadata` directory's times show it, see `meta_ops`.)
+    dir_changed: Mutex<HashMap<u64, (Instant, SystemTime)>>,
     /// Objects this mount wrote recently, by (store id, key), with when it last saw them being
     /// written: metadata of theirs from a listing snapshot may predate the commit, so opens ask
     /// the store until the TTL has passed since.

@@ -110,7 +110,7 @@ async fn dir_ino_of(fs: &Fs, path: &str) -> std::result::Result<u64, i32> {
     let ino = ino_of(fs, path).await?;
     match fs.getattr(ino).await.map_err(|e| e.errno())?.kind {
         Kind::Dir => Ok(ino),
-        Kind::File | Kind::Symlink => Err(libc::ENOTDIR),
+        _ => Err(libc::ENOTDIR),
     }
 }
 

@@ -20,13 +20,22 @@ pub const UID: &str = "uid";
 pub const GID: &str = "gid";
 pub const MTIME: &str = crate::store::METADATA_MTIME;
 pub const ATIME: &str = "atime";
-pub const CTIME: &str = "ctime";
+pub const CTIME: &str = crate::store::METADATA_CTIME;
+pub const RDEV: &str = "rdev";
 
 /// The file-type bits of a mode, and the types msfs stores.
 pub const S_IFMT: u32 = libc::S_IFMT;
 pub const S_IFREG: u32 = libc::S_IFREG;
 pub const S_IFDIR: u32 = libc::S_IFDIR;
 pub const S_IFLNK: u32 = libc::S_IFLNK;
+pub const S_IFIFO: u32 = libc::S_IFIFO;
+pub const S_IFSOCK: u32 = libc::S_IFSOCK;
+pub const S_IFCHR: u32 = libc::S_IFCHR;
+pub const S_IFBLK: u32 = libc::S_IFBLK;
+
+/// The special file types an object can stand for: empty objects whose mode says which (and,
+/// for a device node, whose `rdev` says which device).
+pub const SPECIAL_TYPES: [u32; 4] = [S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK];
 
 /// What an object's metadata says of its POSIX attributes; each is `None` when absent or
 /// unreadable (then the backend's `uid`, `gid`, `file_perm`/`dir_perm` or the object's own
@@ -40,6 +49,8 @@ pub struct Posix {
     pub mtime: Option<SystemTime>,
     pub atime: Option<SystemTime>,
     pub ctime: Option<SystemTime>,
+    /// The device of a character or block device node.
+    pub rdev: Option<u32>,
 }
 
 impl Posix {
@@ -57,6 +68,7 @@ impl Posix {
             mtime: time(MTIME),
             atime: time(ATIME),
             ctime: time(CTIME),
+            rdev: number(RDEV),
         }
     }
 
@@ -71,11 +83,17 @@ impl Posix {
             mtime: Some(now),
             atime: None,
             ctime: Some(now),
+            rdev: None,
         }
     }
 
+    /// The file-type bits the mode stores, if any.
+    pub fn file_type(&self) -> Option<u32> {
+        self.mode.map(|m| m & S_IFMT).filter(|t| *t != 0)
+    }
+
     pub fn is_symlink(&self) -> bool {
-        self.mode.is_some_and(|m| m & S_IFMT == S_IFLNK)
+        self.file_type() == Some(S_IFLNK)
     }
 
     /// The permission bits (setuid, setgid and sticky included), if stored.
@@ -98,6 +116,7 @@ impl Posix {
         put(MTIME, self.mtime.map(format_time));
         put(ATIME, self.atime.map(format_time));
         put(CTIME, self.ctime.map(format_time));
+        put(RDEV, self.rdev.map(|r| r.to_string()));
         out
     }
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use super::listing::ChildKind;
 use super::{Fs, NEGATIVE_CACHE_LIMIT, lock};
@@ -37,9 +37,9 @@ impl Fs {
         let mut changed = lock(&self.dir_changed);
         if changed.len() >= NEGATIVE_CACHE_LIMIT {
             let ttl = self.options.ttl;
-            changed.retain(|_, at| at.elapsed() < ttl);
+            changed.retain(|_, (at, _)| at.elapsed() < ttl);
         }
-        changed.insert(dir, Instant::now());
+        changed.insert(dir, (Instant::now(), SystemTime::now()));
     }
 
     /// As `invalidate_entry`, for a name this mount just removed: listings asked for before
@@ -60,7 +60,12 @@ impl Fs {
     pub(super) fn dir_changed_since(&self, dir: u64, since: Instant) -> bool {
         lock(&self.dir_changed)
             .get(&dir)
-            .is_some_and(|at| *at >= since)
+            .is_some_and(|(at, _)| *at >= since)
+    }
+
+    /// When this mount last added or removed an entry of `dir`, by the clock, if it remembers.
+    pub(super) fn dir_changed_at(&self, dir: u64) -> Option<SystemTime> {
+        lock(&self.dir_changed).get(&dir).map(|(_, when)| *when)
     }
 
     /// Whether this mount removed `name` from `dir` after `since`.

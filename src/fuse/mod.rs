@@ -374,16 +374,16 @@ fn file_attr(attr: &Attr) -> FileAttr {
         ino: INodeNo(attr.ino),
         size: attr.size,
         blocks: attr.size.div_ceil(512),
-        atime: attr.mtime,
+        atime: attr.atime.unwrap_or(attr.mtime),
         mtime: attr.mtime,
-        ctime: attr.mtime,
+        ctime: attr.ctime.unwrap_or(attr.mtime),
         crtime: attr.mtime,
         kind: file_type(attr),
         perm: attr.perm,
         nlink: attr.nlink,
         uid: attr.uid,
         gid: attr.gid,
-        rdev: 0,
+        rdev: attr.rdev,
         blksize: BLOCK_SIZE,
         flags: 0,
     }
@@ -394,6 +394,10 @@ fn file_type(attr: &Attr) -> FileType {
         Kind::Dir => FileType::Directory,
         Kind::File => FileType::RegularFile,
         Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -722,20 +726,23 @@ impl Filesystem for FuseAdapter {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Only regular files exist in an object store (devices, FIFOs and sockets do not).
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(refused(&self.fs, "mknod", parent, Errno::EPERM));
-        }
         let name = match name_of(&self.fs, "mknod", parent, name, NameUse::New) {
             Ok(name) => name,
             Err(errno) => return reply.error(errno),
         };
         let creator = creator(req, mode, umask);
+        let kind = mode & libc::S_IFMT;
         self.spawn("mknod", parent, req, move |fs| async move {
-            match fs.mknod_as(parent.0, &name, Some(creator)).await {
+            // A regular file is a file; FIFOs, sockets and device nodes exist only where
+            // `posix_metadata` keeps their type (elsewhere EPERM).
+            let made = match kind {
+                libc::S_IFREG => fs.mknod_as(parent.0, &name, Some(creator)).await,
+                _ => fs.mknod_special(parent.0, &name, kind, rdev, creator).await,
+            };
+            match made {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
                 Err(e) => reply.error(errno(&fs, "mknod", parent, &e)),
             }

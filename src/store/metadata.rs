@@ -14,6 +14,9 @@ pub type Metadata = BTreeMap<String, String>;
 /// name and form; see `fs::posix`). The write engine keeps it current in what it commits: a
 /// write changes a file's modification time.
 pub const METADATA_MTIME: &str = "mtime";
+/// The entry holding its status-change time, which the write engine keeps no older than the
+/// modification time.
+pub const METADATA_CTIME: &str = "ctime";
 
 /// Refuses metadata a store cannot keep, rather than dropping it silently.
 pub(super) fn refuse_metadata(op: &str, key: &str, metadata: &Metadata) -> Result<()> {

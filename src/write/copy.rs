@@ -1,7 +1,7 @@
 //! Server-side copy of a whole object of any size (a file rename is a copy and a delete).
 
 use crate::cache::ObjectVersion;
-use crate::store::{CopySource, ObjectStore, PutResult, Result};
+use crate::store::{CopySource, Metadata, ObjectStore, PutResult, Result};
 
 use super::journal::UploadJournal;
 use super::plan;
@@ -24,7 +24,17 @@ pub(super) async fn copy_object(
     if source.size <= MAX_COPY {
         return store.copy(&source.key, dest).await;
     }
-    let upload = store.create_multipart(dest).await?;
+    // A CopyObject keeps the object's metadata (mode, owner: `posix_metadata`); an upload of
+    // part copies gets it from the source's HEAD.
+    let metadata = match store.keeps_metadata() {
+        true => (store.head_with_metadata(&source.key).await?)
+            .map(|(_, metadata)| metadata)
+            .unwrap_or_default(),
+        false => Metadata::new(),
+    };
+    let upload = store
+        .create_multipart_with_metadata(dest, &metadata)
+        .await?;
     journal.record(store, dest, &upload).await;
     let copied = copy_parts(store, source, dest, &upload).await;
     let finished = match &copied {

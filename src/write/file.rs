@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use crate::cache::ObjectVersion;
-use crate::store::{CompletedPart, METADATA_MTIME, Metadata, ObjectStore, format_time};
+use crate::store::{
+    CompletedPart, METADATA_CTIME, METADATA_MTIME, Metadata, ObjectStore, format_time, parse_time,
+};
 
 use super::durable::{self, SpillLog};
 use super::extents::Extents;
@@ -151,6 +153,12 @@ impl State {
         let mut metadata = self.metadata.clone();
         if let Some(mtime) = metadata.get_mut(METADATA_MTIME) {
             *mtime = format_time(self.mtime);
+        }
+        // A change of content is a change of status too: ctime is never older than mtime.
+        if let Some(ctime) = metadata.get_mut(METADATA_CTIME)
+            && parse_time(ctime).is_some_and(|c| c < self.mtime)
+        {
+            *ctime = format_time(self.mtime);
         }
         metadata
     }
@@ -303,6 +311,7 @@ impl DirtyFile {
         if state.metadata != metadata {
             state.metadata = metadata;
             state.metadata_version += 1;
+            durable::log_metadata(&mut state);
         }
     }
 
@@ -313,6 +322,7 @@ impl DirtyFile {
         if state.metadata_version == 0 {
             state.metadata = metadata;
             state.metadata_version = 1;
+            durable::log_metadata(&mut state);
         }
     }
 

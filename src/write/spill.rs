@@ -196,6 +196,9 @@ impl Inner {
             let (spill, log) = durable::create(self.spill_dir.path(), number, header)
                 .map_err(|source| WriteError::Spill { source })?;
             state.log = Some(log);
+            if !state.metadata.is_empty() {
+                durable::log_metadata(state);
+            }
             spill
         };
         let spill = Arc::new(spill);

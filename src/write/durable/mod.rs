@@ -296,6 +296,15 @@ pub(super) fn log_failure(state: &mut State) {
     }
 }
 
+/// Records the file's metadata as it is now (nothing to record for a file without a log: a log
+/// created later starts with it, see `spill`).
+pub(super) fn log_metadata(state: &mut State) {
+    let metadata = state.metadata.clone();
+    if let Some(log) = &mut state.log {
+        log.append_or_break(&Record::Metadata(metadata));
+    }
+}
+
 /// Records an mtime set by the application (nothing to record for a file without a log: its
 /// mtime is the object's once clean).
 pub(super) fn log_mtime(state: &mut State, mtime: SystemTime) {

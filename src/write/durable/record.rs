@@ -16,6 +16,7 @@ use std::ops::Range;
 use std::time::{Duration, SystemTime};
 
 use crate::cache::ObjectVersion;
+use crate::store::Metadata;
 use crate::write::Extents;
 use crate::write::file::{State, Target};
 
@@ -71,6 +72,9 @@ pub(in crate::write) enum Record {
     },
     /// `DirtyFile::set_mtime`.
     Mtime(SystemTime),
+    /// `DirtyFile::set_metadata`: the user metadata the file is committed with (`posix_metadata`:
+    /// mode, owner, times), whole.
+    Metadata(Metadata),
     /// A commit landed: `base` is the new base object and `base_len` its share of the file;
     /// `clean` when nothing was written during the commit, and so the extents were cleared.
     Committed {
@@ -87,6 +91,7 @@ const TAG_HEADER: u8 = b'H';
 const TAG_WRITE: u8 = b'W';
 const TAG_TRUNCATE: u8 = b'T';
 const TAG_MTIME: u8 = b'M';
+const TAG_METADATA: u8 = b'X';
 const TAG_COMMITTED: u8 = b'C';
 const TAG_FAILURE: u8 = b'F';
 
@@ -128,6 +133,14 @@ impl Record {
             Record::Mtime(mtime) => {
                 body.push(TAG_MTIME);
                 put_time(&mut body, *mtime);
+            }
+            Record::Metadata(metadata) => {
+                body.push(TAG_METADATA);
+                put_u32(&mut body, metadata.len() as u32);
+                for (name, value) in metadata {
+                    put_str(&mut body, name);
+                    put_str(&mut body, value);
+                }
             }
             Record::Committed {
                 base,
@@ -197,6 +210,15 @@ impl Record {
                 mtime: r.time()?,
             },
             TAG_MTIME => Record::Mtime(r.time()?),
+            TAG_METADATA => {
+                let count = r.u32()?;
+                let mut metadata = Metadata::new();
+                for _ in 0..count {
+                    let name = r.string()?;
+                    metadata.insert(name, r.string()?);
+                }
+                Record::Metadata(metadata)
+            }
             TAG_COMMITTED => Record::Committed {
                 base: r.version()?,
                 base_len: r.u64()?,
@@ -344,6 +366,8 @@ pub(in crate::write) struct Replayed {
     pub valid_len: u64,
     /// A background commit's failure no fsync reported (cleared by a commit that landed).
     pub failure: Option<String>,
+    /// The metadata last recorded (empty if none was).
+    pub metadata: Metadata,
 }
 
 /// What a log holds.
@@ -375,6 +399,7 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
         changed: false,
         valid_len,
         failure: None,
+        metadata: Metadata::new(),
     };
     for record in records {
         match record {
@@ -394,6 +419,7 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
                 file.changed = true;
             }
             Record::Mtime(mtime) => file.now.mtime = mtime,
+            Record::Metadata(metadata) => file.metadata = metadata,
             Record::Failure(failure) => file.failure = failure,
             Record::Committed {
                 base,
@@ -461,6 +487,23 @@ mod tests {
     }
 
     #[test]
+    fn the_last_recorded_metadata_is_what_a_successor_commits_with() {
+        let mode = |m: &str| Metadata::from([("mode".to_string(), m.to_string())]);
+        let log = log_of(&[
+            Record::Header(header()),
+            Record::Metadata(mode("33188")),
+            Record::Write {
+                range: 0..4,
+                mtime: SystemTime::UNIX_EPOCH,
+            },
+            Record::Metadata(mode("33261")),
+        ]);
+        assert_eq!(replayed(&log).metadata, mode("33261"));
+        let without = log_of(&[Record::Header(header())]);
+        assert!(replayed(&without).metadata.is_empty());
+    }
+
+    #[test]
     fn every_record_reads_back_as_written() {
         let at = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_001, 999_999_999);
         let before_epoch = SystemTime::UNIX_EPOCH - Duration::new(3, 250);
@@ -479,6 +522,11 @@ mod tests {
                 mtime: before_epoch,
             },
             Record::Mtime(SystemTime::UNIX_EPOCH - Duration::from_secs(86_400)),
+            Record::Metadata(Metadata::new()),
+            Record::Metadata(Metadata::from([
+                ("mode".to_string(), "33188".to_string()),
+                ("uid".to_string(), "1234".to_string()),
+            ])),
             Record::Committed {
                 base: ObjectVersion {
                     key: "dir/file".into(),

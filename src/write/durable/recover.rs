@@ -247,6 +247,9 @@ fn rebuild(inner: &Inner, adopted: Adopted) -> Option<Arc<DirtyFile>> {
         state.mtime = replayed.now.mtime;
         state.dirty = replayed.dirty;
         state.failure = replayed.failure;
+        // The mode, owner and times the killed process would have committed with.
+        state.metadata_version = u64::from(!replayed.metadata.is_empty());
+        state.metadata = replayed.metadata;
         // The killed process's last commit may have landed unrecorded (`landed`).
         state.check_base = state.base.is_some();
         state.spill = Some(Arc::new(data));

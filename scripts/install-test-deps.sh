@@ -5,6 +5,7 @@
 #   - util-linux: mount / umount, used by the test fixtures
 #   - rsync: the write tests rsync a tree into a mount
 #   - libacl1-dev: pjdfstest links libacl; curl: scripts/conformance.sh fetches objects with it
+#   - s3fs: tests/posix_metadata.rs checks that s3fs and msfs read each other's modes and links
 #   - garage 2.5.0: the S3 server the tests start (cargo install, ~12 min cold)
 #   - pjdfstest 0.2.2, fsx 0.3.2: POSIX suite and file exerciser of scripts/conformance.sh
 #     (cargo install, ~2 min each cold)
@@ -15,7 +16,7 @@ GARAGE_VERSION="2.5.0"
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config protobuf-compiler util-linux rsync)
 # Only for the tests (the conformance run; pip for moto and grpcio), not for building msfs (so
 # not in the Dockerfile's builder).
-CONFORMANCE_APT_PACKAGES=(libacl1-dev curl python3-pip)
+CONFORMANCE_APT_PACKAGES=(libacl1-dev curl python3-pip s3fs)
 
 log() { echo "install-test-deps: $*"; }
 

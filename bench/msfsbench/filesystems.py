@@ -271,6 +271,18 @@ class MsfsPersistent(Msfs):
         return {**super().settings(writable), "cache_persistent": True}
 
 
+class MsfsPosix(Msfs):
+    """msfs with `posix_metadata: true` (off by default): each object's own mode, owner and
+    times, read by a HEAD per object that LIST does not describe (issue #23). Beside `msfs`,
+    what `ls -l` and `find` pay for them."""
+
+    name = "msfs-posix"
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        settings = super().settings(writable)
+        return {**settings, "backend": {**settings["backend"], "posix_metadata": True}}
+
+
 def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
     """The top-level settings of every msfs the harness mounts."""
     return {
@@ -492,6 +504,7 @@ PEERS: dict[str, type[Filesystem]] = {
     "msfs-writeback": MsfsWriteback,
     "msfs-passthrough": MsfsPassthrough,
     "msfs-persistent": MsfsPersistent,
+    "msfs-posix": MsfsPosix,
     "mount-s3": MountS3,
     "s3fs": S3fs,
     "rclone": Rclone,

@@ -421,6 +421,11 @@ impl Fs {
         if !self.known_posix(&node).is_some_and(|p| p.is_symlink()) {
             return Err(FsError::Invalid("not a symbolic link"));
         }
+        // Another tool may have marked any object a link: a target longer than any path is
+        // refused rather than read whole into memory.
+        if meta.size > libc::PATH_MAX as u64 {
+            return Err(FsError::NameTooLong);
+        }
         let settings = backend.settings();
         let key = settings.key_of(&node.path);
         let etag = Some(meta.etag.as_str()).filter(|e| !e.is_empty());

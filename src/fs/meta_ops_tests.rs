@@ -750,3 +750,53 @@ async fn meta_ops_chmod_during_a_commit_is_settled_with_the_writes_mtime() {
         metadata["mtime"]
     );
 }
+
+/// An object another tool marked a link, whose body is no path (5 KiB here; could be 5 GiB):
+/// refused with ENAMETOOLONG, never read whole.
+#[tokio::test]
+async fn meta_ops_a_link_longer_than_any_path_is_refused_unread() {
+    let store = ram_store();
+    let link = metadata_of(&[("mode", "41471")]);
+    put_with(&store, "huge-link", &[b'a'; 5 << 10], &link).await;
+    let m = mount(&store, true);
+    let attr = resolve(&m.fs, "data/huge-link").await.expect("lookup");
+    assert_eq!(attr.kind, Kind::Symlink);
+    let gets = store.calls("get");
+    let refused = m.fs.readlink(attr.ino).await.expect_err("too long");
+    assert_eq!(refused.errno(), libc::ENAMETOOLONG);
+    assert_eq!(store.calls("get"), gets, "nothing read");
+}
+
+/// A cold lookup reads an object's metadata with the HEAD that finds it: one, not two.
+#[tokio::test]
+async fn meta_ops_a_cold_lookup_costs_one_head() {
+    let store = ram_store();
+    put_with(&store, "f", b"abc", &metadata_of(&[("mode", "33216")])).await;
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let heads = store.calls("head");
+    let attr = m.fs.lookup(data.ino, "f").await.expect("lookup");
+    assert_eq!(attr.perm, 0o700);
+    assert_eq!(store.calls("head") - heads, 1);
+}
+
+/// A directory without a marker (only objects below it) has no metadata to read: its cold
+/// lookup costs the probe's HEAD and LIST, no HEAD of a marker.
+#[tokio::test]
+async fn meta_ops_a_directory_without_a_marker_costs_no_marker_head() {
+    let store = ram_store();
+    store
+        .put("d/x", Bytes::from_static(b"x"))
+        .await
+        .expect("put");
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let heads = store.calls("head");
+    let attr = m.fs.lookup(data.ino, "d").await.expect("lookup");
+    assert_eq!(attr.kind, Kind::Dir);
+    assert_eq!(
+        store.calls("head") - heads,
+        1,
+        "the probe's HEAD of `d` only"
+    );
+}

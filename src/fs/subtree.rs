@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::backend::BackendSettings;
 use super::listing::{self, ChildKind, FileMeta, valid_name};
 use super::{DirSnapshot, Fs, lock};
-use crate::store::{ListRequest, ObjectMeta, StoreError};
+use crate::store::{ListRequest, Metadata, ObjectMeta, StoreError};
 
 /// Keys a subtree listing at `opendir` reads before giving up (one page at S3's default page
 /// size). A directory with a larger subtree is then listed with the delimiter after all: its
@@ -320,10 +320,28 @@ impl Fs {
         };
         let started = Instant::now();
         let below = ListRequest::flat(&prefix).max_keys(Some(keys));
-        let (head, below) = tokio::join!(store.head(&key), store.list(&below));
+        // With `posix_metadata` the HEAD reads the metadata too: the lookup needs no second.
+        let head = async {
+            match settings.posix_metadata {
+                true => store.head_with_metadata(&key).await,
+                false => Ok(store.head(&key).await?.map(|meta| (meta, Metadata::new()))),
+            }
+        };
+        let (head, below) = tokio::join!(head, store.list(&below));
         let below = below?;
         if below.objects.is_empty() && below.common_prefixes.is_empty() {
-            return Ok(head?.map(|meta| ChildKind::File(FileMeta::from(&meta))));
+            let Some((meta, metadata)) = head? else {
+                return Ok(None);
+            };
+            if settings.posix_metadata {
+                self.metadata.put(store.id(), &key, metadata);
+            }
+            return Ok(Some(ChildKind::File(FileMeta::from(&meta))));
+        }
+        // A directory's marker sorts first below it: when the page does not start with one,
+        // the directory has none, and so no metadata to read (a HEAD saved).
+        if settings.posix_metadata && below.objects.first().is_none_or(|o| o.key != prefix) {
+            self.metadata.put(store.id(), &prefix, Metadata::new());
         }
         let complete = below.next.is_none();
         let subtree = Subtree::build(&prefix, below.objects, complete);

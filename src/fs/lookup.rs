@@ -93,7 +93,9 @@ impl Fs {
             self.forget(node.ino, 1);
             return Err(e);
         }
-        Ok(self.attr_of(&self.node(node.ino)?))
+        // The node as the metadata read left it (it cannot be forgotten before this reply).
+        let node = self.node(node.ino).unwrap_or(node);
+        Ok(self.attr_of(&node))
     }
 
     /// What `name` in directory `dir` (of `backend`) is, without taking a kernel reference: a
@@ -167,7 +169,9 @@ impl Fs {
     pub async fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.refreshed(ino).await?;
         self.load_metadata(&node).await?;
-        let mut attr = self.attr_of(&self.node(ino)?);
+        // Re-read for what the metadata HEAD refreshed; never an error of its own.
+        let node = self.node(ino).unwrap_or(node);
+        let mut attr = self.attr_of(&node);
         if let Some(backend) = &node.backend
             && node.file().is_some()
         {

@@ -17,7 +17,7 @@ use super::{
 
 /// A store that forwards to another (a [`FileStore`] unless built with [`TestStore::over`]),
 /// counts every call by operation, records every LIST and GET, and on request holds GETs and
-/// PUTs of some keys until the gate opens, fails the next GETs of a key, cuts their bodies
+/// PUTs of some keys until the gate opens, fails the next GETs or HEADs of a key, cuts their bodies
 /// short, or fails every write while `fail_writes` is set.
 #[derive(Debug)]
 pub(crate) struct TestStore {
@@ -30,7 +30,8 @@ pub(crate) struct TestStore {
     gate: watch::Sender<bool>,
     /// How many held GETs have reached the gate.
     arrived: watch::Sender<usize>,
-    failures: Mutex<HashMap<String, u32>>,
+    /// (operation, key) → how many more of those calls fail.
+    failures: Mutex<HashMap<(&'static str, String), u32>>,
     pub short: Mutex<HashSet<String>>,
     calls: Mutex<HashMap<&'static str, usize>>,
     pub fail_writes: AtomicBool,
@@ -97,11 +98,35 @@ impl TestStore {
         arrived.wait_for(|a| *a >= n).await.expect("store alive");
     }
 
+    /// The next `times` GETs of `key` fail (as an unreachable server).
     pub fn fail_next(&self, key: &str, times: u32) {
         self.failures
             .lock()
             .expect("failures")
-            .insert(key.to_string(), times);
+            .insert(("get", key.to_string()), times);
+    }
+
+    /// The next `times` HEADs of `key` fail (as an unreachable server).
+    pub fn fail_next_heads(&self, key: &str, times: u32) {
+        self.failures
+            .lock()
+            .expect("failures")
+            .insert(("head", key.to_string()), times);
+    }
+
+    /// Fails this call of `op` on `key` if `fail_next*` asked for it.
+    fn injected_failure(&self, op: &'static str, key: &str) -> StoreResult<()> {
+        let mut failures = self.failures.lock().expect("failures");
+        match failures.get_mut(&(op, key.to_string())) {
+            Some(left) if *left > 0 => *left -= 1,
+            _ => return Ok(()),
+        }
+        Err(StoreError::Unreachable {
+            op,
+            key: key.to_string(),
+            endpoint: "test".into(),
+            message: "injected failure".into(),
+        })
     }
 
     /// How many calls of operation `op` ("get", "put", "upload_part", …) were made.
@@ -148,6 +173,7 @@ impl ObjectStore for TestStore {
 
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
         self.count("head");
+        self.injected_failure("head", key)?;
         self.inner.head(key).await
     }
 
@@ -167,21 +193,7 @@ impl ObjectStore for TestStore {
             let mut gate = self.gate.subscribe();
             gate.wait_for(|open| *open).await.expect("store alive");
         }
-        let fail = match self.failures.lock().expect("failures").get_mut(key) {
-            Some(left) if *left > 0 => {
-                *left -= 1;
-                true
-            }
-            _ => false,
-        };
-        if fail {
-            return Err(StoreError::Unreachable {
-                op: "get",
-                key: key.to_string(),
-                endpoint: "test".into(),
-                message: "injected failure".into(),
-            });
-        }
+        self.injected_failure("get", key)?;
         let body = self.inner.get_range(key, range, etag).await?;
         if self.short.lock().expect("short").contains(key) && !body.is_empty() {
             return Ok(body.slice(..body.len() - 1));

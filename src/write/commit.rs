@@ -177,9 +177,8 @@ pub(super) async fn commit_once(
     file: &Arc<DirtyFile>,
 ) -> Result<(), WriteError> {
     let _one_at_a_time = file.commit_lock.lock().await;
-    if let Some(landed) = durable::check_base(inner, file).await? {
+    if rebase_if_landed(inner, file).await? {
         // Nothing to send: the store holds this content already.
-        finish(inner, file, landed.generation, landed.version, None).await;
         return Ok(());
     }
     let (snapshot, upload) = {
@@ -286,6 +285,27 @@ fn conflict_if_base_replaced(
         key: target.key.clone(),
         base: base.etag.clone(),
     }
+}
+
+/// Waits for a commit of `file` in flight, then settles a recovered file's base the way its
+/// first commit would (`durable::check_base`). For readers: a killed process's commit that
+/// landed unrecorded left the recovered file over a version the store no longer has, and a read
+/// of the bytes it takes from that base must not wait for (or fail before) the background
+/// commit that would find out.
+pub(super) async fn settle_base(inner: &Inner, file: &DirtyFile) -> Result<(), WriteError> {
+    let _one_at_a_time = file.commit_lock.lock().await;
+    rebase_if_landed(inner, file).await.map(drop)
+}
+
+/// A recovered file's base checked once (`durable::check_base`); when the killed process's
+/// commit had landed, the file is rebased onto that version and `true` returned (the store
+/// holds its content already). The caller holds the file's commit lock.
+async fn rebase_if_landed(inner: &Inner, file: &DirtyFile) -> Result<bool, WriteError> {
+    let Some(landed) = durable::check_base(inner, file).await? else {
+        return Ok(false);
+    };
+    finish(inner, file, landed.generation, landed.version, None).await;
+    Ok(true)
 }
 
 /// The file's content as of `generation` is in the store as `committed`: rebases the file onto

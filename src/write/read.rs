@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::file::{DirtyFile, View};
-use super::{READ_REPLANS, WriteEngine, WriteError};
+use super::{READ_REPLANS, WriteEngine, WriteError, commit};
 use crate::cache::ObjectVersion;
 use crate::store::StoreError;
 
@@ -25,13 +25,15 @@ impl WriteEngine {
             match self.read_once(file, range.clone(), sequential).await {
                 // A commit replaced the base object between planning and reading: once it has
                 // finished (and made its object the base), the new base holds the same bytes for
-                // every range not dirty, so planning again is enough.
+                // every range not dirty, so planning again is enough. A recovered file's base
+                // may be gone because its killed process's commit landed unrecorded: checked
+                // here, as its first commit would (the file is rebased onto that version).
                 Err(WriteError::Store { source, .. })
                     if matches!(source.root(), StoreError::Changed { .. })
                         && attempt < READ_REPLANS =>
                 {
                     attempt += 1;
-                    drop(file.commit_lock.lock().await);
+                    commit::settle_base(&self.inner, file).await?;
                 }
                 other => return other,
             }

@@ -589,6 +589,43 @@ async fn a_commit_that_landed_without_its_record_leaves_the_recovered_file_clean
 }
 
 #[tokio::test]
+async fn a_read_before_the_recovered_commit_finds_the_version_that_landed_unrecorded() {
+    let n = node();
+    let (model, base) = patched_then_killed(&n).await;
+    n.a.put("f", Bytes::from(model.clone()))
+        .await
+        .expect("the killed process's commit");
+    let landed = version(&n.a, "f").await;
+    // The background commit's base check cannot reach the store, and waits to retry: the
+    // recovered file still says its base is the version that commit replaced.
+    n.a.fail_next_heads("f", 1);
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    let file = second.find("s3:a", "f").expect("recovered");
+    until("the background commit's first try failed", || {
+        file.state().failure.is_some()
+    })
+    .await;
+    assert_eq!(file.state().base.as_ref().map(|b| &b.etag), Some(&base));
+    let puts = n.a.calls("put");
+
+    // Bytes the file takes from its base: that version is gone, the landed one holds them.
+    assert_eq!(
+        second.read(&file, 0..400, false).await.expect("read"),
+        model[..400],
+        "read from the version that landed"
+    );
+    assert_eq!(read_all(&second, &file).await, model);
+    {
+        let state = file.state();
+        assert_eq!(state.base.as_ref(), Some(&landed), "rebased by the read");
+        assert!(!state.is_dirty(), "nothing left to commit");
+    }
+    assert_eq!(n.a.calls("put"), puts, "nothing sent again");
+}
+
+#[tokio::test]
 async fn a_base_another_writer_changed_fails_the_recovered_commit_for_good() {
     // Replaced by other bytes of the same size (compared, and found different), or deleted.
     for replacement in [Some(pattern(1000, 2)), None] {

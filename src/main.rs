@@ -151,6 +151,10 @@ struct GenerateManifestArgs {
     /// Replace a manifest (or anything else) already in --output.
     #[arg(long)]
     force: bool,
+    /// Read each object's and directory marker's owner and mode (s3fs's `mode`, `uid`, `gid`
+    /// metadata) into the manifest's owner columns: one HEAD per entry.
+    #[arg(long)]
+    posix_metadata: bool,
 }
 
 fn init_logging(format: LogFormat) {
@@ -306,6 +310,7 @@ fn generate_manifest(args: GenerateManifestArgs) -> Result<(), String> {
     }
     options.temp_dir = args.temp_dir;
     options.overwrite = args.force;
+    options.posix_metadata = args.posix_metadata;
     let through = if listing.dir_name == backend.dir_name {
         String::new()
     } else {

@@ -128,10 +128,10 @@ fn manifest_tree(root: &Path, expected: &Tree) -> Tree {
         let mut rows = BTreeSet::new();
         for entry in read_dir_file(&path).expect("read TSV") {
             let row = match entry.kind {
-                EntryKind::Dir => ('d', entry.name, 0, String::new(), String::new()),
-                EntryKind::File { size, etag, mtime } => {
-                    ('f', entry.name, size, etag, format_time(mtime))
-                }
+                EntryKind::Dir { .. } => ('d', entry.name, 0, String::new(), String::new()),
+                EntryKind::File {
+                    size, etag, mtime, ..
+                } => ('f', entry.name, size, etag, format_time(mtime)),
             };
             assert!(rows.insert(row.clone()), "{dir:?}: {row:?} written twice");
         }

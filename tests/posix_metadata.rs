@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, UNIX_EPOCH};
 
-use common::{Garage, MsfsMount, config_yaml_with, s3_backend_yaml};
+use common::{Garage, MsfsMount, config_yaml, config_yaml_with, s3_backend_yaml, yaml_str};
 
 /// `nobody` and a uid that has no account: neither needs to exist for the kernel's checks.
 const NOBODY: u32 = 65534;
@@ -421,5 +421,76 @@ async fn s3fs_and_msfs_read_each_others_modes_owners_links_and_fifos() {
         sh_in(&by_s3fs, "msfs", show),
         expected,
         "msfs's times, read by s3fs"
+    );
+}
+
+/// `msfs generate-manifest --posix-metadata` reads owners and modes into the manifest's owner
+/// columns (a HEAD per entry); the manifest mount then shows them with no HEAD at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_generated_with_posix_metadata_shows_the_objects_owners_and_modes() {
+    let garage = Garage::start();
+    garage.create_bucket("owned");
+    let client = garage.client();
+    // As s3fs (or a posix_metadata mount) stores them; `plain` has no metadata.
+    for (key, body, mode, owner) in [
+        ("tool", "binary", libc::S_IFREG | 0o750, "1234"),
+        ("private/", "", libc::S_IFDIR | 0o700, "5"),
+        ("private/notes", "n", libc::S_IFREG | 0o600, "5"),
+        ("plain", "p", 0, ""),
+    ] {
+        let mut put = client
+            .put_object()
+            .bucket("owned")
+            .key(key)
+            .body(body.as_bytes().to_vec().into());
+        if !owner.is_empty() {
+            put = put
+                .metadata("mode", mode.to_string())
+                .metadata("uid", owner)
+                .metadata("gid", "100");
+        }
+        put.send().await.expect("put");
+    }
+    let state = tempfile::tempdir().expect("tempdir");
+    let manifest = state.path().join("manifest");
+    let yaml = config_yaml(&[format!(
+        "{}    manifest_path: {}\n",
+        s3_backend_yaml("data", "owned", "", &garage),
+        yaml_str(manifest.to_str().expect("utf-8 path"))
+    )]);
+    let config = state.path().join("config.yaml");
+    std::fs::write(&config, &yaml).expect("write config");
+    let heads = garage.s3_requests("HeadObject");
+    let out = Command::new(env!("CARGO_BIN_EXE_msfs"))
+        .args(["generate-manifest", "--posix-metadata", "--backend", "data"])
+        .arg("--output")
+        .arg(&manifest)
+        .arg(&config)
+        .output()
+        .expect("run generate-manifest");
+    assert!(
+        out.status.success(),
+        "generate-manifest: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // tool, private/ (the marker), plain, private/notes.
+    assert_eq!(garage.s3_requests("HeadObject") - heads, 4);
+
+    let m = MsfsMount::start(&yaml, "yaml").expect("manifest mount");
+    let heads = garage.s3_requests("HeadObject");
+    let data = m.path().join("data");
+    let mode_owner = |name: &str| {
+        let (mode, uid, gid, _) = stat(&data.join(name));
+        (mode, uid, gid)
+    };
+    assert_eq!(mode_owner("tool"), (libc::S_IFREG | 0o750, 1234, 100));
+    assert_eq!(mode_owner("private"), (libc::S_IFDIR | 0o700, 5, 100));
+    assert_eq!(mode_owner("private/notes"), (libc::S_IFREG | 0o600, 5, 100));
+    let (plain_mode, ..) = mode_owner("plain");
+    assert_eq!(plain_mode & 0o7777, 0o444, "a read-only backend's default");
+    assert_eq!(
+        garage.s3_requests("HeadObject"),
+        heads,
+        "the owners come from the manifest, not the objects"
     );
 }

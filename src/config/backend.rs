@@ -204,8 +204,8 @@ fn check_posix_metadata(
     if backend.manifest.path.is_some() {
         return Err(s.invalid(
             "posix_metadata",
-            "a manifest does not carry modes and owners yet; use posix_metadata without \
-             manifest_path"
+            "a manifest mount reads no object's metadata; its modes and owners are the \
+             manifest rows' owner columns (msfs generate-manifest --posix-metadata)"
                 .to_string(),
         ));
     }

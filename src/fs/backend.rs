@@ -150,11 +150,20 @@ impl CommitObserver for DeltaRecorder {
         let Some(path) = key.strip_prefix(&self.prefix) else {
             return;
         };
+        // A file rewritten keeps the owner and mode its row states, as a rewrite keeps them
+        // on any filesystem (a new file has none: the backend's apply).
+        let (manifest, file) = (self.manifest.clone(), path.to_string());
+        let before = blocking(move || {
+            let (dir, name) = file.rsplit_once('/').unwrap_or(("", &file));
+            manifest.lookup(dir, name)
+        });
+        let owner = before.await.ok().flatten().and_then(|kind| kind.owner());
         let kind = EntryKind::File {
             size,
             etag: etag.to_string(),
             // The store's own time would cost a HEAD; the commit just happened.
             mtime: std::time::SystemTime::now(),
+            owner,
         };
         record(&self.manifest, &self.backend, path, Change::Upsert(kind)).await;
     }

@@ -13,8 +13,8 @@ use super::inode::Node;
 use super::kernel_state::Record;
 use super::live_pages::LivePages;
 use super::{
-    Attr, BackendSettings, ChildKind, DirEntry, DirHandle, DirSnapshot, Fs, FsError, Kind,
-    READDIR_CHUNK, Result, listing, lock, manifest_listing, pending_kind,
+    Attr, BackendSettings, ChildKind, DirEntry, DirHandle, DirSnapshot, Fs, FsError, READDIR_CHUNK,
+    Result, listing, lock, manifest_listing, pending_kind,
 };
 use crate::fs::backend::Backend;
 use crate::manifest::namespace::Manifest;
@@ -81,7 +81,7 @@ impl Fs {
                     .iter()
                     .map(|b| DirEntry {
                         name: b.dir_name.clone(),
-                        kind: ChildKind::Dir,
+                        kind: ChildKind::DIR,
                     })
                     .collect(),
             ),
@@ -146,8 +146,10 @@ impl Fs {
         let store_id = settings.store.id();
         let prefix = settings.dir_prefix_of(path);
         for (name, file) in self.engines.writes.files_in(store_id, &prefix) {
-            if !matches!(changes.get(&name), Some(Some(ChildKind::Dir))) {
-                changes.insert(name, Some(pending_kind(file)));
+            let listed = changes.get(&name).cloned().flatten();
+            if !matches!(listed, Some(ChildKind::Dir { .. })) {
+                let owner = listed.and_then(|kind| kind.owner());
+                changes.insert(name, Some(pending_kind(file, owner)));
             }
         }
         let unlinked = lock(&self.unlinked);
@@ -219,8 +221,10 @@ impl Fs {
         let prefix = settings.dir_prefix_of(path);
         let now = self.engines.writes.files_in(store_id, &prefix);
         for (name, file) in before.into_iter().chain(now) {
-            if !matches!(children.get(&name), Some(ChildKind::Dir)) {
-                children.insert(name, pending_kind(file));
+            let listed = children.get(&name);
+            if !matches!(listed, Some(ChildKind::Dir { .. })) {
+                let owner = listed.and_then(ChildKind::owner);
+                children.insert(name, pending_kind(file, owner));
             }
         }
         let unlinked = lock(&self.unlinked);
@@ -329,7 +333,11 @@ impl Fs {
             let key = settings.key_of(&path);
             // Metadata not read within the TTL: the kernel asks again (a lookup reads it).
             let posix_known = dir.backend.is_none()
-                || self.posix_known(&settings, &path, matches!(entry.kind, ChildKind::Dir));
+                || self.posix_known(
+                    &settings,
+                    &path,
+                    matches!(entry.kind, ChildKind::Dir { .. }),
+                );
             let being_written = match &dir.backend {
                 Some(_) => self.engines.writes.find(settings.store.id(), &key),
                 None => None,
@@ -346,7 +354,7 @@ impl Fs {
                     &entry.name,
                     backend,
                     path,
-                    pending_kind(file.meta()),
+                    pending_kind(file.meta(), entry.kind.owner()),
                 ),
                 None => {
                     let written = self.recently_written(settings.store.id(), &key);
@@ -375,27 +383,9 @@ impl Fs {
         let mut inodes = lock(&self.inodes);
         let ino = inodes.peek_or_reserve(dir.ino, &entry.name);
         drop(inodes);
-        let settings = backend.settings();
-        let (kind, size, mtime, perm) = match &entry.kind {
-            ChildKind::Dir => (Kind::Dir, 0, self.mounted_at, settings.dir_perm),
-            ChildKind::File(meta) => (Kind::File, meta.size, meta.mtime, settings.file_perm),
-        };
-        Some((
-            Attr {
-                ino,
-                nlink: if kind == Kind::Dir { 2 } else { 1 },
-                kind,
-                size,
-                mtime,
-                perm,
-                uid: settings.uid,
-                gid: settings.gid,
-                atime: None,
-                ctime: None,
-                rdev: 0,
-            },
-            true,
-        ))
+        let attr =
+            super::lookup::listed_attr(ino, &entry.kind, &backend.settings(), self.mounted_at);
+        Some((attr, true))
     }
 
     pub fn releasedir(&self, fh: u64) {

@@ -146,7 +146,7 @@ impl Fs {
     pub(super) fn began_writing(&self, node: &Node, file: &DirtyFile) {
         self.note_written(file.target.store.id(), &file.target.key);
         if let Some(node) = lock(&self.inodes).get_mut(node.ino) {
-            node.kind = pending_kind(file.meta());
+            node.kind = pending_kind(file.meta(), node.kind.owner());
         }
         lock(&self.listings).remove(&node.parent);
         let name = node.path.rsplit('/').next().unwrap_or(&node.path);

@@ -36,13 +36,13 @@ pub struct Node {
 
 impl Node {
     pub fn is_dir(&self) -> bool {
-        matches!(self.kind, ChildKind::Dir)
+        matches!(self.kind, ChildKind::Dir { .. })
     }
 
     pub fn file(&self) -> Option<&FileMeta> {
         match &self.kind {
             ChildKind::File(meta) => Some(meta),
-            ChildKind::Dir => None,
+            ChildKind::Dir { .. } => None,
         }
     }
 }
@@ -63,7 +63,7 @@ impl InodeTable {
             name: String::new(),
             backend: None,
             path: String::new(),
-            kind: ChildKind::Dir,
+            kind: ChildKind::DIR,
             refreshed: Instant::now(),
             cached_etag: None,
             lookups: 1,
@@ -107,7 +107,7 @@ impl InodeTable {
                 continue;
             };
             let kind = if record.dir {
-                ChildKind::Dir
+                ChildKind::DIR
             } else {
                 // An empty ETag marks metadata to be confirmed by the store (see
                 // `Fs::refreshed`).
@@ -115,6 +115,7 @@ impl InodeTable {
                     size: 0,
                     etag: String::new(),
                     mtime: SystemTime::UNIX_EPOCH,
+                    owner: None,
                 })
             };
             self.nodes.insert(
@@ -192,7 +193,7 @@ impl InodeTable {
         let now = Instant::now();
         if let Some(ino) = self.child(parent, name)
             && let Some(node) = self.nodes.get_mut(&ino)
-            && node.is_dir() == matches!(kind, ChildKind::Dir)
+            && node.is_dir() == matches!(kind, ChildKind::Dir { .. })
         {
             node.kind = kind;
             node.refreshed = now;
@@ -208,7 +209,7 @@ impl InodeTable {
                 name: name.to_string(),
                 backend: backend.dir_name.clone(),
                 path: path.clone(),
-                dir: matches!(kind, ChildKind::Dir),
+                dir: matches!(kind, ChildKind::Dir { .. }),
             })
         });
         let node = Node {
@@ -246,7 +247,7 @@ impl InodeTable {
     ) -> Node {
         if let Some(ino) = self.child(parent, name)
             && let Some(node) = self.nodes.get_mut(&ino)
-            && node.is_dir() == matches!(kind, ChildKind::Dir)
+            && node.is_dir() == matches!(kind, ChildKind::Dir { .. })
             && (keep || node.refreshed >= listed_at)
         {
             node.lookups += 1;
@@ -372,6 +373,7 @@ mod tests {
             size,
             etag: "e".into(),
             mtime: SystemTime::UNIX_EPOCH,
+            owner: None,
         })
     }
 
@@ -404,7 +406,7 @@ mod tests {
         let (_d, b) = backend();
         let mut table = InodeTable::new();
         let as_file = table.lookup(ROOT_INO, "x", b.clone(), "x".into(), file(1));
-        let as_dir = table.lookup(ROOT_INO, "x", b, "x".into(), ChildKind::Dir);
+        let as_dir = table.lookup(ROOT_INO, "x", b, "x".into(), ChildKind::DIR);
         assert_ne!(as_file.ino, as_dir.ino);
         table.forget(as_file.ino, 1);
         assert_eq!(table.child(ROOT_INO, "x"), Some(as_dir.ino));

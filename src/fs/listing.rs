@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use super::backend::BackendSettings;
+use crate::manifest::format::Ownership;
 use crate::store::{ListRequest, ObjectMeta, StoreError};
 
 /// The longest name most Linux filesystems and tools accept.
@@ -22,6 +23,8 @@ pub struct FileMeta {
     pub size: u64,
     pub etag: String,
     pub mtime: SystemTime,
+    /// Owner and mode a manifest row states (`None`: the backend's).
+    pub owner: Option<Ownership>,
 }
 
 impl From<&ObjectMeta> for FileMeta {
@@ -30,14 +33,30 @@ impl From<&ObjectMeta> for FileMeta {
             size: meta.size,
             etag: meta.etag.clone(),
             mtime: meta.last_modified,
+            owner: None,
         }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChildKind {
-    Dir,
+    /// `owner`: what a manifest row states (`None`: the backend's).
+    Dir {
+        owner: Option<Ownership>,
+    },
     File(FileMeta),
+}
+
+impl ChildKind {
+    /// A directory with the backend's owner and mode.
+    pub const DIR: ChildKind = ChildKind::Dir { owner: None };
+
+    pub fn owner(&self) -> Option<Ownership> {
+        match self {
+            ChildKind::Dir { owner } => *owner,
+            ChildKind::File(meta) => meta.owner,
+        }
+    }
 }
 
 /// Whether `name` can be shown as a directory entry. Keys with empty, "." or ".." segments, or
@@ -86,7 +105,7 @@ pub async fn list_dir(
                 .and_then(|rest| rest.strip_suffix('/'))
                 .unwrap_or_default();
             if valid_name(name) {
-                children.insert(name.to_string(), ChildKind::Dir);
+                children.insert(name.to_string(), ChildKind::DIR);
             }
         }
         for object in &page.objects {
@@ -116,7 +135,7 @@ pub async fn probe(backend: &BackendSettings, path: &str) -> Result<Option<Child
     let (head, below) = tokio::join!(backend.store.head(&key), backend.store.list(&below));
     let below = below?;
     if !below.objects.is_empty() || !below.common_prefixes.is_empty() {
-        return Ok(Some(ChildKind::Dir));
+        return Ok(Some(ChildKind::DIR));
     }
     Ok(head?.map(|meta| ChildKind::File(FileMeta::from(&meta))))
 }

@@ -128,7 +128,7 @@ impl LivePages {
                 let rel = common.strip_prefix(&self.prefix).unwrap_or_default();
                 let name = rel.strip_suffix('/').unwrap_or(rel);
                 if valid_name(name) {
-                    window.held.insert(sort_key(name), ChildKind::Dir);
+                    window.held.insert(sort_key(name), ChildKind::DIR);
                 }
                 position = position.max(Some(rel.to_string()));
             }
@@ -171,7 +171,7 @@ impl LivePages {
                 continue;
             }
             match change {
-                Some(kind) if !matches!(ready.get(key), Some(ChildKind::Dir)) => {
+                Some(kind) if !matches!(ready.get(key), Some(ChildKind::Dir { .. })) => {
                     ready.insert(key.clone(), kind.clone());
                 }
                 Some(_) => {}

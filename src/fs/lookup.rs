@@ -4,8 +4,9 @@
 //! snapshot, the manifest, the store.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
+use super::BackendSettings;
 use super::inode::Node;
 use super::listing::{self, ChildKind, FileMeta, valid_name};
 use super::manifest_listing;
@@ -36,38 +37,7 @@ impl Fs {
                 ctime: None,
                 rdev: 0,
             },
-            (Some(b), ChildKind::Dir) => {
-                let b = b.settings();
-                Attr {
-                    ino: node.ino,
-                    kind: Kind::Dir,
-                    nlink: 2,
-                    size: 0,
-                    mtime: self.mounted_at,
-                    perm: b.dir_perm,
-                    uid: b.uid,
-                    gid: b.gid,
-                    atime: None,
-                    ctime: None,
-                    rdev: 0,
-                }
-            }
-            (Some(b), ChildKind::File(meta)) => {
-                let b = b.settings();
-                Attr {
-                    ino: node.ino,
-                    kind: Kind::File,
-                    nlink: 1,
-                    size: meta.size,
-                    mtime: meta.mtime,
-                    perm: b.file_perm,
-                    uid: b.uid,
-                    gid: b.gid,
-                    atime: None,
-                    ctime: None,
-                    rdev: 0,
-                }
-            }
+            (Some(b), kind) => listed_attr(node.ino, kind, &b.settings(), self.mounted_at),
         }
     }
 
@@ -84,7 +54,7 @@ impl Fs {
                 .find(|b| b.dir_name == name)
                 .ok_or(FsError::NotFound)?;
             let node =
-                lock(&self.inodes).lookup(ROOT_INO, name, backend, String::new(), ChildKind::Dir);
+                lock(&self.inodes).lookup(ROOT_INO, name, backend, String::new(), ChildKind::DIR);
             return Ok(self.attr_of(&node));
         };
         let (backend, path, kind) = self.resolve(&dir, backend, name).await?;
@@ -120,7 +90,12 @@ impl Fs {
             return Err(FsError::NotFound);
         }
         if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
-            return Ok((backend, path, pending_kind(file.meta())));
+            let owner = {
+                let inodes = lock(&self.inodes);
+                let known = inodes.child(dir.ino, name).and_then(|ino| inodes.get(ino));
+                known.and_then(|node| node.kind.owner())
+            };
+            return Ok((backend, path, pending_kind(file.meta(), owner)));
         }
         // A listing may have caught a file this mount wrote while it was being written (an
         // early size); until the TTL has passed since, only the store knows its version.
@@ -195,7 +170,7 @@ impl Fs {
             self.note_written(settings.store.id(), &key);
             let mut inodes = lock(&self.inodes);
             let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
-            node.kind = pending_kind(file.meta());
+            node.kind = pending_kind(file.meta(), node.kind.owner());
             node.refreshed = Instant::now();
             return Ok(node.clone());
         }
@@ -210,7 +185,7 @@ impl Fs {
             let mut inodes = lock(&self.inodes);
             let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
             if let Some(file) = written {
-                node.kind = pending_kind(file.meta());
+                node.kind = pending_kind(file.meta(), node.kind.owner());
             }
             return Ok(node.clone());
         }
@@ -253,5 +228,34 @@ impl Fs {
         node.kind = kind;
         node.refreshed = Instant::now();
         Ok(node.clone())
+    }
+}
+
+/// The attributes of an entry of a backend as its listing (or manifest row) gives them: the
+/// backend's mode and owner unless the manifest row states its own. A directory's time is the
+/// mount's (a prefix has none of its own).
+pub(super) fn listed_attr(
+    ino: u64,
+    kind: &ChildKind,
+    settings: &BackendSettings,
+    mounted_at: SystemTime,
+) -> Attr {
+    let (kind_of, size, mtime, perm) = match kind {
+        ChildKind::Dir { .. } => (Kind::Dir, 0, mounted_at, settings.dir_perm),
+        ChildKind::File(meta) => (Kind::File, meta.size, meta.mtime, settings.file_perm),
+    };
+    let owner = kind.owner();
+    Attr {
+        ino,
+        kind: kind_of,
+        nlink: if kind_of == Kind::Dir { 2 } else { 1 },
+        size,
+        mtime,
+        perm: owner.map_or(perm, |o| o.perm),
+        uid: owner.map_or(settings.uid, |o| o.uid),
+        gid: owner.map_or(settings.gid, |o| o.gid),
+        atime: None,
+        ctime: None,
+        rdev: 0,
     }
 }

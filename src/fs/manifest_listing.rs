@@ -21,7 +21,17 @@ pub async fn lookup(
 
 pub fn child_kind(kind: EntryKind) -> ChildKind {
     match kind {
-        EntryKind::Dir => ChildKind::Dir,
-        EntryKind::File { size, etag, mtime } => ChildKind::File(FileMeta { size, etag, mtime }),
+        EntryKind::Dir { owner } => ChildKind::Dir { owner },
+        EntryKind::File {
+            size,
+            etag,
+            mtime,
+            owner,
+        } => ChildKind::File(FileMeta {
+            size,
+            etag,
+            mtime,
+            owner,
+        }),
     }
 }

@@ -5,10 +5,23 @@ use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use super::*;
-use crate::manifest::format::{Entry, ManifestInfo, write_dir_file};
+use crate::manifest::format::{Entry, ManifestInfo, Ownership, write_dir_file};
 use crate::manifest::registry::Manifests;
 use crate::store::ObjectStore;
 use crate::store::testing::TestStore;
+
+/// `train/2.bin`'s row states this owner and mode…
+const OWNED_FILE: Ownership = Ownership {
+    perm: 0o750,
+    uid: 1234,
+    gid: 100,
+};
+/// …and `train/sub`'s this one; every other entry shows the backend's (0644/0755, root).
+const OWNED_DIR: Ownership = Ownership {
+    perm: 0o700,
+    uid: 5,
+    gid: 6,
+};
 
 struct Fixture {
     data: tempfile::TempDir,
@@ -38,6 +51,9 @@ impl Fixture {
             let etag = store.head(&key).await.expect("head").expect("exists").etag;
             train.push(Entry::file(format!("{i}.bin"), 100, etag, UNIX_EPOCH));
         }
+        // Rows stating their own owner and mode (columns 6–8).
+        train[3] = train[3].clone().owned(Some(OWNED_FILE));
+        train[0] = Entry::dir("sub").owned(Some(OWNED_DIR));
         put("train/sub/x", b"x");
         let root = manifest_dir.path();
         write_dir_file(
@@ -281,4 +297,73 @@ async fn a_huge_manifest_directory_is_read_page_by_page_with_this_mounts_changes
     assert_eq!(middle, expected[1500..]);
     fs.releasedir(dh);
     fs.release(fh).await;
+}
+
+fn owner_of(attr: &Attr) -> (u16, u32, u32) {
+    (attr.perm, attr.uid, attr.gid)
+}
+
+#[tokio::test]
+async fn rows_with_owner_columns_show_their_owner_and_keep_it_across_rewrites_and_renames() {
+    let f = Fixture::new().await;
+    let owned = (OWNED_FILE.perm, OWNED_FILE.uid, OWNED_FILE.gid);
+    let owned_dir = (OWNED_DIR.perm, OWNED_DIR.uid, OWNED_DIR.gid);
+    {
+        let fs = f.mount(true).await;
+        let attr = resolve(&fs, "data/train/2.bin").await.expect("2.bin");
+        assert_eq!(owner_of(&attr), owned);
+        assert_eq!(
+            owner_of(&fs.getattr(attr.ino).await.expect("getattr")),
+            owned
+        );
+        let plain = resolve(&fs, "data/train/3.bin").await.expect("3.bin");
+        assert_eq!(owner_of(&plain), (0o644, 0, 0), "the backend's");
+        let sub = resolve(&fs, "data/train/sub").await.expect("sub");
+        assert_eq!((sub.kind, owner_of(&sub)), (Kind::Dir, owned_dir));
+
+        // readdirplus shows the same, for entries the kernel has not looked up too.
+        let train = resolve(&fs, "data/train").await.expect("train");
+        let fh = fs.opendir(train.ino).await.expect("opendir");
+        let mut listed = BTreeMap::new();
+        fs.readdir(fh, 0, true, |_, name, attr, _| {
+            listed.insert(name.to_string(), owner_of(&attr));
+            true
+        })
+        .expect("readdir");
+        fs.releasedir(fh);
+        assert_eq!(listed["2.bin"], owned);
+        assert_eq!(listed["sub"], owned_dir);
+        assert_eq!(listed["4.bin"], (0o644, 0, 0));
+
+        // Rewritten in place: the row keeps its owner, as a rewrite keeps it on any filesystem.
+        let write = OpenMode {
+            write: true,
+            ..OpenMode::default()
+        };
+        let Opened { fh, .. } = fs.open(attr.ino, write).await.expect("open");
+        fs.write(fh, 0, b"rewritten").await.expect("write");
+        assert_eq!(
+            owner_of(&fs.getattr(attr.ino).await.expect("getattr")),
+            owned,
+            "while being written"
+        );
+        fs.flush(fh, None).await.expect("commit");
+        fs.release(fh).await;
+        fs.rename(
+            train.ino,
+            "2.bin",
+            train.ino,
+            "two.bin",
+            RenameFlags::default(),
+        )
+        .await
+        .expect("rename");
+    }
+    let fs = f.mount(false).await;
+    let two = resolve(&fs, "data/train/two.bin").await.expect("renamed");
+    assert_eq!(owner_of(&two), owned, "after rewrite, rename and remount");
+    assert_eq!(
+        owner_of(&resolve(&fs, "data/train/sub").await.expect("sub")),
+        owned_dir
+    );
 }

@@ -173,7 +173,7 @@ impl Fs {
             .iter()
             .filter_map(|entry| {
                 let path = listing::child_path(&dir.path, &entry.name);
-                let is_dir = matches!(entry.kind, ChildKind::Dir);
+                let is_dir = matches!(entry.kind, ChildKind::Dir { .. });
                 if self.posix_known(&settings, &path, is_dir) {
                     return None;
                 }
@@ -386,6 +386,7 @@ impl Fs {
             size,
             etag: put.etag.clone(),
             mtime: SystemTime::now(),
+            owner: None,
         };
         dir.settings
             .record(
@@ -395,6 +396,7 @@ impl Fs {
                     size: meta.size,
                     etag: meta.etag.clone(),
                     mtime: meta.mtime,
+                    owner: None,
                 }),
             )
             .await;

@@ -54,6 +54,7 @@ pub use write_ops::{RenameFlags, SetAttr};
 
 use crate::cache::ObjectVersion;
 use crate::engines::Engines;
+use crate::manifest::format::Ownership;
 use crate::manifest::namespace::ManifestError;
 use crate::store::ObjectStore;
 use crate::write::{DirtyFile, DirtyMeta};
@@ -473,12 +474,14 @@ fn check_key_len(key: &str) -> Result<()> {
 }
 
 /// What a file being written looks like to `stat` and listings. Its ETag is left empty: the
-/// kernel must not keep pages cached for it across opens.
-fn pending_kind(meta: DirtyMeta) -> ChildKind {
+/// kernel must not keep pages cached for it across opens. `owner`: what the manifest row of the
+/// file it rewrites states, kept.
+fn pending_kind(meta: DirtyMeta, owner: Option<Ownership>) -> ChildKind {
     ChildKind::File(FileMeta {
         size: meta.size,
         etag: String::new(),
         mtime: meta.mtime,
+        owner,
     })
 }
 

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::store::{Metadata, format_time, parse_time};
 
-pub const MODE: &str = "mode";
-pub const UID: &str = "uid";
-pub const GID: &str = "gid";
+pub const MODE: &str = crate::store::METADATA_MODE;
+pub const UID: &str = crate::store::METADATA_UID;
+pub const GID: &str = crate::store::METADATA_GID;
 pub const MTIME: &str = crate::store::METADATA_MTIME;
 pub const ATIME: &str = "atime";
 pub const CTIME: &str = crate::store::METADATA_CTIME;

@@ -71,7 +71,7 @@ impl Subtree {
                         let sub = format!("{dir}{name}/");
                         dirs.entry(dir)
                             .or_default()
-                            .insert(name.to_string(), ChildKind::Dir);
+                            .insert(name.to_string(), ChildKind::DIR);
                         dirs.entry(sub.clone()).or_default();
                         dir = sub;
                         rest = below;
@@ -346,7 +346,7 @@ impl Fs {
         let complete = below.next.is_none();
         let subtree = Subtree::build(&prefix, below.objects, complete);
         self.keep_subtree(settings, subtree, started);
-        Ok(Some(ChildKind::Dir))
+        Ok(Some(ChildKind::DIR))
     }
 
     /// Keeps what `subtree` (asked for at `started`) found, unless this mount has written below
@@ -434,7 +434,7 @@ mod tests {
         let dir = subtree.dirs.get(prefix)?;
         Some(
             dir.iter()
-                .map(|(name, kind)| (name.clone(), matches!(kind, ChildKind::Dir)))
+                .map(|(name, kind)| (name.clone(), matches!(kind, ChildKind::Dir { .. })))
                 .collect(),
         )
     }

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
-use crate::manifest::format::EntryKind;
+use crate::manifest::format::{EntryKind, Ownership};
 use crate::manifest::registry::blocking;
 use crate::store::InMemory;
 
@@ -122,7 +122,7 @@ impl Fs {
         file.set_metadata(Self::creator_metadata(&dir.settings, S_IFREG, creator));
         self.metadata.forget(file.target.store.id(), &key);
         self.note_written(file.target.store.id(), &key);
-        let kind = pending_kind(file.meta());
+        let kind = pending_kind(file.meta(), None);
         let node = {
             let mut inodes = lock(&self.inodes);
             // The name's inode may still be read from a lent cache file (the object was deleted
@@ -328,7 +328,7 @@ impl Fs {
                 (path, kind)
             }
         };
-        if matches!(kind, ChildKind::Dir) {
+        if matches!(kind, ChildKind::Dir { .. }) {
             return Err(FsError::IsADirectory);
         }
         let key = dir.settings.key_of(&path);
@@ -405,10 +405,10 @@ impl Fs {
                 .put(dir.settings.store.id(), &marker, metadata);
         }
         dir.settings
-            .record(&dir.backend.dir_name, &path, Change::Upsert(EntryKind::Dir))
+            .record(&dir.backend.dir_name, &path, Change::Upsert(EntryKind::DIR))
             .await;
         self.invalidate_entry(parent, name);
-        let node = lock(&self.inodes).lookup(parent, name, dir.backend, path, ChildKind::Dir);
+        let node = lock(&self.inodes).lookup(parent, name, dir.backend, path, ChildKind::DIR);
         Ok(self.attr_of(&node))
     }
 
@@ -420,11 +420,11 @@ impl Fs {
             // (say, by `rm -r` or `mv`), it is gone from the store though the kernel still
             // knows it. Removing it then just succeeds.
             Err(FsError::NotFound) if self.known_dir(parent, name) => {
-                (listing::child_path(&dir.node.path, name), ChildKind::Dir)
+                (listing::child_path(&dir.node.path, name), ChildKind::DIR)
             }
             Err(e) => return Err(e),
         };
-        if !matches!(kind, ChildKind::Dir) {
+        if !matches!(kind, ChildKind::Dir { .. }) {
             return Err(FsError::NotADirectory);
         }
         if !self
@@ -542,16 +542,17 @@ impl Fs {
         let settings = &from.settings;
         match kind {
             ChildKind::File(_) => {
-                if matches!(existing, Some(ChildKind::Dir)) {
+                if matches!(existing, Some(ChildKind::Dir { .. })) {
                     return Err(FsError::IsADirectory);
                 }
-                self.rename_file(&from.backend, settings, &path, &new_path)
+                let owner = kind.owner();
+                self.rename_file(&from.backend, settings, &path, &new_path, owner)
                     .await?
             }
-            ChildKind::Dir => {
+            ChildKind::Dir { .. } => {
                 if existing
                     .as_ref()
-                    .is_some_and(|k| !matches!(k, ChildKind::Dir))
+                    .is_some_and(|k| !matches!(k, ChildKind::Dir { .. }))
                 {
                     return Err(FsError::NotADirectory);
                 }
@@ -585,7 +586,9 @@ impl Fs {
                     .await
                     .map_err(|e| Self::store_error(&from.backend, e))?;
                 let backend = &from.backend.dir_name;
-                let dir = Change::Upsert(EntryKind::Dir);
+                let dir = Change::Upsert(EntryKind::Dir {
+                    owner: kind.owner(),
+                });
                 settings.record(backend, &new_path, dir).await;
                 settings.record(backend, &path, Change::Deleted).await;
             }
@@ -614,11 +617,12 @@ impl Fs {
         let settings = &from.settings;
         let backend = &from.backend.dir_name;
         let moved = match kind {
-            ChildKind::Dir => EntryKind::Dir,
+            ChildKind::Dir { owner } => EntryKind::Dir { owner },
             ChildKind::File(meta) => EntryKind::File {
                 size: meta.size,
                 etag: meta.etag,
                 mtime: meta.mtime,
+                owner: meta.owner,
             },
         };
         settings
@@ -667,6 +671,8 @@ impl Fs {
         settings: &BackendSettings,
         path: &str,
         new_path: &str,
+        // What a manifest row states of the file's owner and mode, kept at its new name.
+        owner: Option<Ownership>,
     ) -> Result<()> {
         let store = &settings.store;
         let (key, new_key) = (settings.key_of(path), settings.key_of(new_path));
@@ -715,6 +721,7 @@ impl Fs {
             size: source.size,
             etag: copied.etag,
             mtime: SystemTime::now(),
+            owner,
         };
         settings
             .record(&backend.dir_name, new_path, Change::Upsert(moved))

@@ -2,32 +2,63 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::format::EntryKind;
+use super::format::{EntryKind, Ownership};
 
 pub const DIR_TAG: u8 = 0;
 pub const FILE_TAG: u8 = 1;
+/// The same with the entry's owner and mode first (`Ownership`: perm u16, uid u32, gid u32):
+/// tags an index or log written before owners existed never holds, so it is never misread.
+pub const OWNED_DIR_TAG: u8 = 2;
+pub const OWNED_FILE_TAG: u8 = 3;
+const OWNER_LEN: usize = 10;
 
-/// `[tag]` for a directory; `[tag, size u64, secs i64, nanos u32, etag…]` (little-endian) for a file.
+/// `[tag]` for a directory; `[tag, size u64, secs i64, nanos u32, etag…]` (little-endian) for a
+/// file; an entry with an owner has the `OWNED_*` tag and its owner right after it.
 pub fn encode(kind: &EntryKind) -> Vec<u8> {
-    match kind {
-        EntryKind::Dir => vec![DIR_TAG],
-        EntryKind::File { size, etag, mtime } => {
-            let (secs, nanos) = split_time(*mtime);
-            let mut out = Vec::with_capacity(21 + etag.len());
-            out.push(FILE_TAG);
-            out.extend_from_slice(&size.to_le_bytes());
-            out.extend_from_slice(&secs.to_le_bytes());
-            out.extend_from_slice(&nanos.to_le_bytes());
-            out.extend_from_slice(etag.as_bytes());
-            out
-        }
+    let owner = kind.owner();
+    let mut out = Vec::new();
+    match (kind, owner) {
+        (EntryKind::Dir { .. }, None) => out.push(DIR_TAG),
+        (EntryKind::Dir { .. }, Some(_)) => out.push(OWNED_DIR_TAG),
+        (EntryKind::File { .. }, None) => out.push(FILE_TAG),
+        (EntryKind::File { .. }, Some(_)) => out.push(OWNED_FILE_TAG),
     }
+    if let Some(owner) = owner {
+        out.extend_from_slice(&owner.perm.to_le_bytes());
+        out.extend_from_slice(&owner.uid.to_le_bytes());
+        out.extend_from_slice(&owner.gid.to_le_bytes());
+    }
+    if let EntryKind::File {
+        size, etag, mtime, ..
+    } = kind
+    {
+        let (secs, nanos) = split_time(*mtime);
+        out.reserve(20 + etag.len());
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&secs.to_le_bytes());
+        out.extend_from_slice(&nanos.to_le_bytes());
+        out.extend_from_slice(etag.as_bytes());
+    }
+    out
 }
 
 pub fn decode(bytes: &[u8]) -> Option<EntryKind> {
-    match bytes.split_first()? {
-        (&DIR_TAG, []) => Some(EntryKind::Dir),
-        (&FILE_TAG, rest) if rest.len() >= 20 => {
+    let (&tag, rest) = bytes.split_first()?;
+    let (owner, rest) = match tag {
+        OWNED_DIR_TAG | OWNED_FILE_TAG if rest.len() >= OWNER_LEN => {
+            let owner = Ownership {
+                perm: u16::from_le_bytes(rest[0..2].try_into().ok()?),
+                uid: u32::from_le_bytes(rest[2..6].try_into().ok()?),
+                gid: u32::from_le_bytes(rest[6..10].try_into().ok()?),
+            };
+            (Some(owner), &rest[OWNER_LEN..])
+        }
+        DIR_TAG | FILE_TAG => (None, rest),
+        _ => return None,
+    };
+    match tag {
+        DIR_TAG | OWNED_DIR_TAG if rest.is_empty() => Some(EntryKind::Dir { owner }),
+        FILE_TAG | OWNED_FILE_TAG if rest.len() >= 20 => {
             let size = u64::from_le_bytes(rest[0..8].try_into().ok()?);
             let secs = i64::from_le_bytes(rest[8..16].try_into().ok()?);
             let nanos = u32::from_le_bytes(rest[16..20].try_into().ok()?);
@@ -36,6 +67,7 @@ pub fn decode(bytes: &[u8]) -> Option<EntryKind> {
                 size,
                 etag,
                 mtime: join_time(secs, nanos)?,
+                owner,
             })
         }
         _ => None,
@@ -91,12 +123,22 @@ mod tests {
         }
         assert_eq!(decode(&[9]), None);
         assert_eq!(decode(&[FILE_TAG, 1, 2]), None);
-        let file = EntryKind::File {
-            size: 3,
-            etag: "\"e\"".into(),
-            mtime: at(9),
-        };
-        assert_eq!(decode(&encode(&file)), Some(file));
-        assert_eq!(decode(&encode(&EntryKind::Dir)), Some(EntryKind::Dir));
+        let owner = Some(Ownership {
+            perm: 0o750,
+            uid: 1234,
+            gid: 7,
+        });
+        for owner in [None, owner] {
+            let file = EntryKind::File {
+                size: 3,
+                etag: "\"e\"".into(),
+                mtime: at(9),
+                owner,
+            };
+            assert_eq!(decode(&encode(&file)), Some(file));
+            let dir = EntryKind::Dir { owner };
+            assert_eq!(decode(&encode(&dir)), Some(dir));
+        }
+        assert_eq!(decode(&[OWNED_DIR_TAG, 1, 2]), None, "owner cut short");
     }
 }

@@ -202,7 +202,7 @@ impl Overlay {
             match (rest.split_once('/'), change) {
                 (None, Change::Upsert(kind)) => {
                     // A directory implied by a deeper upsert stays one.
-                    if !matches!(children.get(rest), Some(Some(EntryKind::Dir))) {
+                    if !matches!(children.get(rest), Some(Some(EntryKind::Dir { .. }))) {
                         children.insert(rest.to_string(), Some(kind.clone()));
                     }
                 }
@@ -210,7 +210,7 @@ impl Overlay {
                     children.entry(rest.to_string()).or_insert(None);
                 }
                 (Some((name, _)), Change::Upsert(_)) => {
-                    children.insert(name.to_string(), Some(EntryKind::Dir));
+                    children.insert(name.to_string(), Some(EntryKind::DIR));
                 }
                 (Some(_), Change::Deleted) => {}
             }
@@ -230,6 +230,7 @@ mod tests {
             size,
             etag: format!("e{size}"),
             mtime: UNIX_EPOCH + Duration::from_secs(size),
+            owner: None,
         })
     }
 
@@ -241,14 +242,14 @@ mod tests {
             assert!(overlay.is_empty());
             log.append("a/x", &file(1)).expect("append");
             log.append("a/x", &file(2)).expect("append");
-            log.append("b", &Change::Upsert(EntryKind::Dir))
+            log.append("b", &Change::Upsert(EntryKind::DIR))
                 .expect("append");
             log.append("c\twith tab", &file(3)).expect("append");
             log.append("gone", &Change::Deleted).expect("append");
         }
         let (_log, overlay) = DeltaLog::open(dir.path()).expect("reopen");
         assert_eq!(overlay.get("a/x"), Some(&file(2)));
-        assert_eq!(overlay.get("b"), Some(&Change::Upsert(EntryKind::Dir)));
+        assert_eq!(overlay.get("b"), Some(&Change::Upsert(EntryKind::DIR)));
         assert_eq!(overlay.get("c\twith tab"), Some(&file(3)));
         assert_eq!(overlay.get("gone"), Some(&Change::Deleted));
     }
@@ -325,7 +326,7 @@ mod tests {
                 _ => unreachable!(),
             }))
         );
-        assert_eq!(children.get("sub"), Some(&Some(EntryKind::Dir)));
+        assert_eq!(children.get("sub"), Some(&Some(EntryKind::DIR)));
         assert_eq!(children.get("old"), Some(&None));
         assert_eq!(
             children.get("gonedir"),

@@ -6,6 +6,10 @@
 //! - one row per entry: `kind TAB basename TAB size TAB etag TAB mtime`, where kind is `d`
 //!   (directory: size `0`, etag and mtime `-`) or `f` (file: bytes, the ETag as the store
 //!   returned it, RFC 3339 UTC modification time);
+//! - optionally three more columns on any row, `mode TAB uid TAB gid` (permission bits in
+//!   octal, ids in decimal, e.g. `0750 1234 100`): that entry's owner and mode, shown instead of
+//!   the backend's (an msfs extension; `generate-manifest --posix-metadata` fills them from
+//!   s3fs-style object metadata, and rows without them read as before);
 //! - `manifest_index.json` is written last, so a directory without it holds no usable manifest.
 //!
 //! **Escaping.** Fields are escaped so that a basename holding a tab, newline or carriage return
@@ -58,19 +62,76 @@ pub struct Entry {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntryKind {
-    Dir,
+    Dir {
+        owner: Option<Ownership>,
+    },
     File {
         size: u64,
         etag: String,
         mtime: SystemTime,
+        owner: Option<Ownership>,
     },
+}
+
+impl EntryKind {
+    /// A directory with the backend's owner and mode.
+    pub const DIR: EntryKind = EntryKind::Dir { owner: None };
+
+    /// The owner and mode the row states, if any (else the backend's apply).
+    pub fn owner(&self) -> Option<Ownership> {
+        match self {
+            EntryKind::Dir { owner } | EntryKind::File { owner, .. } => *owner,
+        }
+    }
+}
+
+/// A row's optional columns 6–8: permission bits (octal, at most `7777`), uid and gid
+/// (decimal). Either all three are there or none; a row without them shows the backend's
+/// `file_mode`/`dir_mode`, `uid` and `gid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ownership {
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Ownership {
+    /// The three columns, tab-separated, without a leading tab.
+    fn columns(&self) -> String {
+        format!("{:04o}\t{}\t{}", self.perm, self.uid, self.gid)
+    }
+
+    /// Columns 6–8 of a row (the fields after the fifth), or `None` when there are none.
+    fn parse<'a>(mut rest: impl Iterator<Item = &'a str>) -> Result<Option<Ownership>, String> {
+        let Some(perm) = rest.next() else {
+            return Ok(None);
+        };
+        let perm = u16::from_str_radix(perm, 8)
+            .ok()
+            .filter(|p| *p <= 0o7777)
+            .ok_or_else(|| format!("mode {perm:?} is not octal permission bits (at most 7777)"))?;
+        let mut id = |what: &str| -> Result<u32, String> {
+            let text = rest.next().ok_or(format!("mode without {what}"))?;
+            text.parse()
+                .map_err(|_| format!("{what} {text:?} is not a number"))
+        };
+        let owner = Ownership {
+            perm,
+            uid: id("uid")?,
+            gid: id("gid")?,
+        };
+        if rest.next().is_some() {
+            return Err("more than 8 columns".into());
+        }
+        Ok(Some(owner))
+    }
 }
 
 impl Entry {
     pub fn dir(name: impl Into<String>) -> Entry {
         Entry {
             name: name.into(),
-            kind: EntryKind::Dir,
+            kind: EntryKind::DIR,
         }
     }
 
@@ -86,12 +147,21 @@ impl Entry {
                 size,
                 etag: etag.into(),
                 mtime,
+                owner: None,
             },
         }
     }
 
+    /// The same entry with `owner` (columns 6–8).
+    pub fn owned(mut self, owner: Option<Ownership>) -> Entry {
+        match &mut self.kind {
+            EntryKind::Dir { owner: o } | EntryKind::File { owner: o, .. } => *o = owner,
+        }
+        self
+    }
+
     pub fn is_dir(&self) -> bool {
-        matches!(self.kind, EntryKind::Dir)
+        matches!(self.kind, EntryKind::Dir { .. })
     }
 }
 
@@ -100,14 +170,21 @@ pub fn write_row(entry: &Entry, out: &mut String) {
     let name = escape(&entry.name);
     // Writing into a String cannot fail.
     let _ = match &entry.kind {
-        EntryKind::Dir => writeln!(out, "d\t{name}\t0\t-\t-"),
-        EntryKind::File { size, etag, mtime } => writeln!(
+        EntryKind::Dir { .. } => write!(out, "d\t{name}\t0\t-\t-"),
+        EntryKind::File {
+            size, etag, mtime, ..
+        } => write!(
             out,
             "f\t{name}\t{size}\t{}\t{}",
             escape(etag),
             format_time(*mtime)
         ),
     };
+    if let Some(owner) = entry.kind.owner() {
+        out.push('\t');
+        out.push_str(&owner.columns());
+    }
+    out.push('\n');
 }
 
 /// Parses one row (without its newline). Errors say what is wrong; the caller adds where.
@@ -125,8 +202,12 @@ pub fn parse_row(line: &str) -> Result<Entry, String> {
         return Err(format!("basename {name:?} contains \"/\""));
     }
     match kind {
-        // Directory rows carry no attributes worth reading; accept whatever the writer put there.
-        "d" => Ok(Entry::dir(name)),
+        // Columns 3–5 of a directory row carry nothing worth reading; accept whatever the
+        // writer put there. Its owner columns count.
+        "d" => {
+            let owner = Ownership::parse(fields.skip(3))?;
+            Ok(Entry::dir(name).owned(owner))
+        }
         "f" => {
             let size = fields.next().ok_or("missing size")?;
             let size = size
@@ -134,10 +215,8 @@ pub fn parse_row(line: &str) -> Result<Entry, String> {
                 .map_err(|_| format!("size {size:?} is not a number"))?;
             let etag = unescape(fields.next().ok_or("missing etag")?)?.into_owned();
             let mtime = parse_time(fields.next().ok_or("missing mtime")?)?;
-            if fields.next().is_some() {
-                return Err("more than 5 columns".into());
-            }
-            Ok(Entry::file(name, size, etag, mtime))
+            let owner = Ownership::parse(fields)?;
+            Ok(Entry::file(name, size, etag, mtime).owned(owner))
         }
         other => Err(format!("kind {other:?} is neither \"d\" nor \"f\"")),
     }
@@ -502,6 +581,16 @@ mod tests {
                 Entry::dir(name),
                 Entry::file(name, 42, "\"abc-2\"", at(1_700_000_000, 0)),
                 Entry::file(name, 0, "", at(1_700_000_000, 123_000_000)),
+                Entry::dir(name).owned(Some(Ownership {
+                    perm: 0o1750,
+                    uid: 1234,
+                    gid: 0,
+                })),
+                Entry::file(name, 7, "e", at(1, 0)).owned(Some(Ownership {
+                    perm: 0o4755,
+                    uid: u32::MAX,
+                    gid: 100,
+                })),
             ] {
                 let mut row = String::new();
                 write_row(&entry, &mut row);
@@ -542,7 +631,17 @@ mod tests {
             ("f\ta\t1", "missing etag"),
             ("f\t\t1\te\t2024-05-01T12:00:00Z", "empty basename"),
             ("f\tbad\\q\t1\te\t2024-05-01T12:00:00Z", "unknown escape"),
-            ("f\ta\t1\te\t2024-05-01T12:00:00Z\textra", "more than 5"),
+            ("f\ta\t1\te\t2024-05-01T12:00:00Z\textra", "not octal"),
+            (
+                "f\ta\t1\te\t2024-05-01T12:00:00Z\t17777\t0\t0",
+                "at most 7777",
+            ),
+            ("f\ta\t1\te\t2024-05-01T12:00:00Z\t0644\t1", "without gid"),
+            ("d\ta\t0\t-\t-\t0755\tx\t0", "uid \"x\""),
+            (
+                "f\ta\t1\te\t2024-05-01T12:00:00Z\t0644\t1\t2\t3",
+                "more than 8",
+            ),
         ] {
             let error = parse_row(row).expect_err(row);
             assert!(error.contains(problem), "{row:?}: {error}");

@@ -19,7 +19,7 @@ use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use super::codec::{decode, encode};
 use super::delta::{Change, DELTA_DIR, DeltaError, DeltaLog, Overlay};
 use super::format::{
-    Entry, EntryKind, FormatError, INDEX_FILE, ROOT_FILE, dir_file, escape, parse_row,
+    Entry, EntryKind, FormatError, INDEX_FILE, Ownership, ROOT_FILE, dir_file, escape, parse_row,
     read_dir_file, unescape, write_row,
 };
 use super::namespace::INDEX_DB;
@@ -98,19 +98,32 @@ fn any_time() -> impl Strategy<Value = SystemTime> {
     })
 }
 
+/// Rows state an owner now and then.
+fn owner() -> impl Strategy<Value = Option<Ownership>> {
+    proptest::option::weighted(
+        0.3,
+        (0..=0o7777u16, any::<u32>(), any::<u32>()).prop_map(|(perm, uid, gid)| Ownership {
+            perm,
+            uid,
+            gid,
+        }),
+    )
+}
+
 fn entry() -> impl Strategy<Value = Entry> {
     prop_oneof![
-        name().prop_map(Entry::dir),
-        (name(), any::<u64>(), any::<String>(), row_time())
-            .prop_map(|(name, size, etag, mtime)| Entry::file(name, size, etag, mtime)),
+        (name(), owner()).prop_map(|(name, owner)| Entry::dir(name).owned(owner)),
+        (name(), any::<u64>(), any::<String>(), row_time(), owner()).prop_map(
+            |(name, size, etag, mtime, owner)| Entry::file(name, size, etag, mtime).owned(owner)
+        ),
     ]
 }
 
 fn entry_kind(time: BoxedStrategy<SystemTime>) -> impl Strategy<Value = EntryKind> {
     prop_oneof![
-        1 => Just(EntryKind::Dir),
-        3 => (any::<u64>(), any::<String>(), time)
-            .prop_map(|(size, etag, mtime)| EntryKind::File { size, etag, mtime }),
+        1 => owner().prop_map(|owner| EntryKind::Dir { owner }),
+        3 => (any::<u64>(), any::<String>(), time, owner())
+            .prop_map(|(size, etag, mtime, owner)| EntryKind::File { size, etag, mtime, owner }),
     ]
 }
 
@@ -149,7 +162,8 @@ proptest! {
         write_row(&entry, &mut row);
         let line = row.strip_suffix('\n').expect("a row ends its line");
         prop_assert!(!line.contains('\n'), "{row:?}");
-        prop_assert_eq!(line.split('\t').count(), 5, "{:?}", row);
+        let columns = if entry.kind.owner().is_some() { 8 } else { 5 };
+        prop_assert_eq!(line.split('\t').count(), columns, "{:?}", row);
         prop_assert_eq!(parse_row(line).expect("own row"), entry);
     }
 
@@ -161,6 +175,7 @@ proptest! {
             any::<String>(),
             r"[df]\t[^\t\n]{0,8}\t[0-9+-]{0,22}\t[^\t\n]{0,6}\t[-:.0-9TZ]{0,30}(\t.{0,3})?",
             r"[df]\t(a|\.|\.\.|/|a/b|\\t|\\|%|é){0,4}\t0\t-\t-",
+            r"[df]\ta\t0\t-\t-(\t[0-9+-]{0,6}){0,4}",
         ],
     ) {
         if let Ok(entry) = parse_row(&line) {
@@ -448,7 +463,7 @@ proptest! {
         let len = fs::metadata(log_path(dir.path())).expect("stat").len();
         prop_assert_eq!(len, kept as u64, "the torn tail is cut");
         if append_after {
-            let next = ("after/repair".to_string(), Change::Upsert(EntryKind::Dir));
+            let next = ("after/repair".to_string(), Change::Upsert(EntryKind::DIR));
             log.append(&next.0, &next.1).expect("append");
             drop(log);
             let (_, overlay) = DeltaLog::open(dir.path()).expect("reopen");
@@ -499,6 +514,7 @@ fn the_earliest_representable_time_encodes_and_decodes() {
         size: 0,
         etag: String::new(),
         mtime: earliest,
+        owner: None,
     };
     assert_eq!(decode(&encode(&kind)), Some(kind));
 }

@@ -48,6 +48,7 @@ use super::format::{
     DirWriter, Entry, FORMAT_VERSION, FormatError, ManifestInfo, Totals, dir_file, format_time,
 };
 use super::output::{BuildDir, PARTS_DIR, SPILL_DIR, check_output};
+use super::owners;
 use super::progress::{Counters, ProgressMode, Reporter};
 use super::queue::{Frontier, Job, MAX_PENDING_DIRS_IN_MEMORY, Scheduler};
 use super::split::{self, KeyRange, Prober, Strategy};
@@ -74,6 +75,9 @@ pub struct GenerateOptions {
     pub temp_dir: Option<PathBuf>,
     /// Replace a manifest (or anything else) already at the output.
     pub overwrite: bool,
+    /// Read each object's (and directory marker's) owner and mode from its metadata with a
+    /// HEAD, into the rows' owner columns (`owners`).
+    pub posix_metadata: bool,
     pub progress: ProgressMode,
 }
 
@@ -88,6 +92,7 @@ impl GenerateOptions {
             page_size: (backend.directory_page_size > 0).then_some(backend.directory_page_size),
             temp_dir: None,
             overwrite: false,
+            posix_metadata: false,
             progress: ProgressMode::Auto,
         }
     }
@@ -151,6 +156,12 @@ pub enum GenerateError {
     },
     #[error(transparent)]
     Format(#[from] FormatError),
+    #[error("reading the owner and mode of {key:?} (--posix-metadata): {source}")]
+    Head {
+        key: String,
+        #[source]
+        source: Box<StoreError>,
+    },
     #[error("a manifest lister failed: {0}")]
     Lister(String),
 }
@@ -219,6 +230,7 @@ pub async fn generate(
         )),
         counters: counters.clone(),
         next_part: AtomicU64::new(0),
+        posix_metadata: options.posix_metadata,
         prefix,
     });
     ctx.queue
@@ -319,6 +331,7 @@ struct Ctx {
     queue: Scheduler<RangeJob>,
     counters: Arc<Counters>,
     next_part: AtomicU64,
+    posix_metadata: bool,
 }
 
 /// One key range of a split directory.
@@ -365,7 +378,21 @@ impl Ctx {
         }
     }
 
-    /// Queues a page's sub-directories, counts it, and returns its rows.
+    /// Queues a page's sub-directories, counts it, and returns its rows (with their owners,
+    /// with `posix_metadata`).
+    async fn rows(&self, prefix: &str, batch: Batch) -> Result<Vec<Entry>, GenerateError> {
+        let entries = self.take(batch)?;
+        if !self.posix_metadata {
+            return Ok(entries);
+        }
+        owners::read_owners(self.store.as_ref(), prefix, entries)
+            .await
+            .map_err(|(key, source)| GenerateError::Head {
+                key,
+                source: Box::new(source),
+            })
+    }
+
     fn take(&self, batch: Batch) -> Result<Vec<Entry>, GenerateError> {
         for dir in batch.subdirs {
             self.queue
@@ -535,7 +562,7 @@ async fn list_dir(ctx: &Ctx, dir: String) -> Result<(), GenerateError> {
         if detect {
             note_chars(&mut seen, &batch.entries);
         }
-        let entries = ctx.take(batch)?;
+        let entries = ctx.rows(&prefix, batch).await?;
         let Some(next) = next else {
             return sink.finish(entries).await;
         };
@@ -588,7 +615,7 @@ async fn list_range(ctx: &Ctx, job: RangeJob) -> Result<(), GenerateError> {
         let last_key = batch.last_key.clone();
         pages += 1;
         note_chars(&mut seen, &batch.entries);
-        let entries = ctx.take(batch)?;
+        let entries = ctx.rows(&prefix, batch).await?;
         match next {
             Some(next) if !past_end => {
                 let check =

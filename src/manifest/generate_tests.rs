@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::manifest::format::{EntryKind, parse_time, read_dir_file};
+use crate::manifest::format::{EntryKind, Ownership, parse_time, read_dir_file};
 use crate::store::testing::TestStore;
 
 /// Range listings of directory prefix `prefix`: the `start_after` of each page-sized LIST that
@@ -37,6 +37,7 @@ fn options(workers: usize, page_size: u32, confirmation_pages: u32) -> GenerateO
         page_size: Some(page_size),
         temp_dir: None,
         overwrite: false,
+        posix_metadata: false,
         progress: ProgressMode::Off,
     }
 }
@@ -512,4 +513,81 @@ fn entry_kinds_compare_by_every_field() {
         etag.push('2');
     }
     assert_ne!(a, b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posix_metadata_fills_the_owner_columns_from_s3fs_style_metadata() {
+    use crate::store::{InMemory, Metadata, RamStore};
+    let store = TestStore::over(
+        RamStore::new(
+            "ram",
+            crate::config::RamConfig {
+                max_list_page_size: 1000,
+                max_total_objects: 1 << 20,
+                max_total_object_space: 1 << 30,
+            },
+        ),
+        "ram",
+    );
+    let s3fs = |mode: u32, uid: u32, gid: u32| -> Metadata {
+        [("mode", mode), ("uid", uid), ("gid", gid)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let objects = [
+        ("a", s3fs(0o100750, 1234, 100)),
+        ("b", Metadata::new()),
+        ("d/", s3fs(0o40700, 5, 6)),
+        ("d/x", s3fs(0o104755, 0, 0)),
+        ("e/y", Metadata::new()),
+    ];
+    for (key, metadata) in &objects {
+        let body = Arc::new(InMemory(bytes::Bytes::from_static(b"12")));
+        store
+            .put_with_metadata(key, body, metadata)
+            .await
+            .expect("put");
+    }
+    let out = tempfile::tempdir().expect("tempdir");
+    let output = out.path().join("m");
+    let mut opts = options(2, 2, 0);
+    opts.posix_metadata = true;
+    generate(store.clone(), "b", "", &output, &opts)
+        .await
+        .expect("generate");
+    let owners = |dir: &str| -> BTreeMap<String, Option<Ownership>> {
+        read_dir_file(&dir_file(&output, dir))
+            .expect("tsv")
+            .into_iter()
+            .map(|e| (e.name.clone(), e.kind.owner()))
+            .collect()
+    };
+    let owner = |perm, uid, gid| Some(Ownership { perm, uid, gid });
+    assert_eq!(
+        owners(""),
+        BTreeMap::from([
+            ("a".to_string(), owner(0o750, 1234, 100)),
+            ("b".to_string(), None),
+            ("d".to_string(), owner(0o700, 5, 6)),
+            ("e".to_string(), None),
+        ]),
+        "a directory without a marker has none"
+    );
+    assert_eq!(
+        owners("d"),
+        BTreeMap::from([("x".to_string(), owner(0o4755, 0, 0))])
+    );
+    // One HEAD per entry (four in the root, one in each directory).
+    assert_eq!(store.calls("head"), 6);
+
+    // Without the option: no HEAD, no owners.
+    let heads = store.calls("head");
+    let plain = out.path().join("plain");
+    generate(store.clone(), "b", "", &plain, &options(2, 2, 0))
+        .await
+        .expect("generate");
+    assert_eq!(store.calls("head"), heads);
+    let rows = read_dir_file(&dir_file(&plain, "")).expect("tsv");
+    assert!(rows.iter().all(|e| e.kind.owner().is_none()));
 }

@@ -420,7 +420,8 @@ mod tests {
             Some(EntryKind::File {
                 size: 7,
                 etag: "ex".into(),
-                mtime: at(7)
+                mtime: at(7),
+                owner: None,
             })
         );
         assert_eq!(
@@ -432,7 +433,7 @@ mod tests {
         );
         assert_eq!(
             index.lookup("", "both").expect("both"),
-            Some(EntryKind::Dir)
+            Some(EntryKind::DIR)
         );
         assert_eq!(index.lookup("", "nope").expect("missing"), None);
         assert_eq!(index.lookup("nodir", "x").expect("missing dir"), None);

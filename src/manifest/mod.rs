@@ -9,7 +9,8 @@
 //!   listing is a few B-tree reads; [`namespace`]: a manifest being served (the base snapshot,
 //!   from the index or the TSV files, with the [`delta`] log's overlay of committed changes);
 //!   [`registry`]: one open manifest per directory per process; `codec`: the binary form of an
-//!   entry's attributes; [`progress`]: a generation's counters and status line.
+//!   entry's attributes; [`progress`]: a generation's counters and status line; [`owners`]:
+//!   rows' owners and modes read from object metadata (`--posix-metadata`).
 
 mod codec;
 pub mod delta;
@@ -20,6 +21,7 @@ pub mod generate;
 pub mod index;
 pub mod namespace;
 mod output;
+pub mod owners;
 pub mod progress;
 mod queue;
 pub mod registry;

@@ -148,7 +148,7 @@ impl Manifest {
         {
             let overlay = self.overlay.read().unwrap_or_else(|p| p.into_inner());
             if overlay.has_live_below(&path) {
-                return Ok(Some(EntryKind::Dir));
+                return Ok(Some(EntryKind::DIR));
             }
             match overlay.get(&path) {
                 Some(Change::Upsert(kind)) => return Ok(Some(kind.clone())),
@@ -256,7 +256,7 @@ impl Manifest {
         }
         let mut children = BTreeMap::new();
         format::for_each_row(&format::dir_file(&self.root, dir), |entry: Entry| {
-            if !matches!(children.get(&entry.name), Some(EntryKind::Dir)) {
+            if !matches!(children.get(&entry.name), Some(EntryKind::Dir { .. })) {
                 children.insert(entry.name, entry.kind);
             }
             Ok::<(), FormatError>(())
@@ -297,6 +297,7 @@ mod tests {
             size,
             etag: format!("e{size}"),
             mtime: at(size),
+            owner: None,
         }
     }
 
@@ -357,12 +358,12 @@ mod tests {
                 names(&m.list("").expect("root")),
                 ["clash", "d", "made", "top"]
             );
-            assert_eq!(m.lookup("", "clash").expect("clash"), Some(EntryKind::Dir));
+            assert_eq!(m.lookup("", "clash").expect("clash"), Some(EntryKind::DIR));
             assert_eq!(m.lookup("", "top").expect("top"), Some(file(7)));
             assert_eq!(names(&m.list("d").expect("d")), ["b", "new"]);
             assert_eq!(m.lookup("d", "a").expect("a"), None);
             assert_eq!(m.lookup("d", "b").expect("b"), Some(file(4)));
-            assert_eq!(m.lookup("", "made").expect("made"), Some(EntryKind::Dir));
+            assert_eq!(m.lookup("", "made").expect("made"), Some(EntryKind::DIR));
             assert_eq!(names(&m.list("made/deep").expect("deep")), ["x"]);
             assert_eq!(m.lookup("d", "zzz").expect("zzz"), None);
         };

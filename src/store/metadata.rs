@@ -14,6 +14,11 @@ pub type Metadata = BTreeMap<String, String>;
 /// name and form; see `fs::posix`). The write engine keeps it current in what it commits: a
 /// write changes a file's modification time.
 pub const METADATA_MTIME: &str = "mtime";
+/// The entries holding an object's `st_mode` (decimal, file-type bits included), owner and
+/// group (s3fs's names; see `fs::posix` and `manifest::owners`).
+pub const METADATA_MODE: &str = "mode";
+pub const METADATA_UID: &str = "uid";
+pub const METADATA_GID: &str = "gid";
 /// The entry holding its status-change time, which the write engine keeps no older than the
 /// modification time.
 pub const METADATA_CTIME: &str = "ctime";

@@ -31,7 +31,10 @@ pub use error::{RetryKind, StoreError};
 pub use file::FileStore;
 pub use instrumented::InstrumentedStore;
 use metadata::refuse_metadata;
-pub use metadata::{METADATA_CTIME, METADATA_MTIME, Metadata, format_time, parse_time};
+pub use metadata::{
+    METADATA_CTIME, METADATA_GID, METADATA_MODE, METADATA_MTIME, METADATA_UID, Metadata,
+    format_time, parse_time,
+};
 pub use pseudo::{PseudoStore, pseudo_byte, pseudo_fill};
 pub use ram::RamStore;
 pub use retry::{RetryBudget, RetryPolicy, backoff};

@@ -165,6 +165,17 @@ impl Entry {
     }
 }
 
+/// The key a store lists `entry` under, relative to its directory: its name, and a `/` after
+/// a directory's (S3 lists keys and common prefixes together in byte order). Rows in this
+/// order can be bisected.
+pub fn sort_key(entry: &Entry, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(entry.name.as_bytes());
+    if entry.is_dir() {
+        out.push(b'/');
+    }
+}
+
 /// Appends `entry` as one row, newline included.
 pub fn write_row(entry: &Entry, out: &mut String) {
     let name = escape(&entry.name);
@@ -420,6 +431,11 @@ pub struct DirWriter {
     out: io::BufWriter<fs::File>,
     row: String,
     rows: u64,
+    /// The listing-order key (`sort_key`) of the last row, and whether every row so far came
+    /// after the one before it.
+    last_key: Vec<u8>,
+    key: Vec<u8>,
+    sorted: bool,
 }
 
 impl DirWriter {
@@ -442,6 +458,9 @@ impl DirWriter {
             out: io::BufWriter::with_capacity(Self::BUFFER, file),
             row: String::new(),
             rows: 0,
+            last_key: Vec::new(),
+            key: Vec::new(),
+            sorted: true,
         })
     }
 
@@ -455,8 +474,19 @@ impl DirWriter {
                 path: self.path.clone(),
                 source,
             })?;
+        sort_key(entry, &mut self.key);
+        if self.rows > 0 && self.key <= self.last_key {
+            self.sorted = false;
+        }
+        std::mem::swap(&mut self.key, &mut self.last_key);
         self.rows += 1;
         Ok(())
+    }
+
+    /// Whether the rows so far are in listing order (`sort_key`, strictly increasing): such a
+    /// file can be searched by bisection (`bisect`).
+    pub fn sorted(&self) -> bool {
+        self.sorted
     }
 
     /// Rows written so far.
@@ -492,6 +522,11 @@ pub struct ManifestInfo {
     pub totals: Totals,
     /// RFC 3339 UTC; also identifies this manifest to the index built from it.
     pub created_at: String,
+    /// Every TSV's rows are in listing order (`sort_key`), as `msfs generate-manifest` checks
+    /// and says: a lookup may bisect a TSV instead of reading it whole. Absent (a manifest
+    /// from elsewhere, or an older msfs): `false`.
+    #[serde(default)]
+    pub sorted_rows: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -553,6 +588,8 @@ impl ManifestInfo {
             prefix: String::new(),
             totals: Totals::default(),
             created_at: "2026-11-30T00:00:00Z".into(),
+            // Tests write rows in any order.
+            sorted_rows: false,
         }
     }
 }
@@ -694,6 +731,7 @@ mod tests {
                 bytes: 3,
             },
             created_at: format_time(at(1_700_000_000, 0)),
+            sorted_rows: true,
         };
         info.write(dir.path()).expect("write");
         assert_eq!(ManifestInfo::read(dir.path()).expect("read"), Some(info));

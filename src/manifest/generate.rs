@@ -38,7 +38,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -231,6 +231,7 @@ pub async fn generate(
         counters: counters.clone(),
         next_part: AtomicU64::new(0),
         posix_metadata: options.posix_metadata,
+        unsorted: Arc::default(),
         prefix,
     });
     ctx.queue
@@ -279,6 +280,7 @@ pub async fn generate(
             bytes: counters.bytes(),
         },
         created_at: format_time(started_at),
+        sorted_rows: !ctx.unsorted.load(Ordering::Relaxed),
     };
     {
         let info = info.clone();
@@ -332,6 +334,9 @@ struct Ctx {
     counters: Arc<Counters>,
     next_part: AtomicU64,
     posix_metadata: bool,
+    /// Set when a TSV's rows came out of listing order (a store that does not list in byte
+    /// order): the manifest then does not say its rows are sorted.
+    unsorted: Arc<AtomicBool>,
 }
 
 /// One key range of a split directory.
@@ -460,11 +465,16 @@ impl Ctx {
 struct Sink {
     path: PathBuf,
     writer: Option<DirWriter>,
+    unsorted: Arc<AtomicBool>,
 }
 
 impl Sink {
-    fn new(path: PathBuf) -> Sink {
-        Sink { path, writer: None }
+    fn new(ctx: &Ctx, path: PathBuf) -> Sink {
+        Sink {
+            path,
+            writer: None,
+            unsorted: ctx.unsorted.clone(),
+        }
     }
 
     /// Appends `entries`.
@@ -490,6 +500,7 @@ impl Sink {
     ) -> Result<Option<DirWriter>, GenerateError> {
         let path = self.path.clone();
         let writer = self.writer.take();
+        let unsorted = self.unsorted.clone();
         blocking(move || {
             let mut writer = match writer {
                 Some(writer) => writer,
@@ -499,6 +510,9 @@ impl Sink {
                 writer.write(entry)?;
             }
             if last {
+                if !writer.sorted() {
+                    unsorted.store(true, Ordering::Relaxed);
+                }
                 writer.finish()?;
                 Ok(None)
             } else {
@@ -535,7 +549,7 @@ async fn lister(ctx: Arc<Ctx>) -> Result<(), GenerateError> {
 async fn list_dir(ctx: &Ctx, dir: String) -> Result<(), GenerateError> {
     let prefix = ctx.dir_prefix(&dir);
     let tsv = dir_file(&ctx.root, &dir);
-    let mut sink = Sink::new(tsv.clone());
+    let mut sink = Sink::new(ctx, tsv.clone());
     if let Some(hint) = ctx.hints.get(&dir) {
         sink.finish(Vec::new()).await?;
         let points = split::hint_points(&prefix, &hint.key_prefix_chars, hint.split_depth);
@@ -597,7 +611,7 @@ async fn list_range(ctx: &Ctx, job: RangeJob) -> Result<(), GenerateError> {
         "{}.tsv",
         ctx.next_part.fetch_add(1, Ordering::Relaxed)
     ));
-    let mut sink = Sink::new(part.clone());
+    let mut sink = Sink::new(ctx, part.clone());
     let mut token: Option<String> = None;
     let mut pages = 0u32;
     let mut seen = BTreeSet::new();

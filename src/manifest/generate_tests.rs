@@ -161,6 +161,18 @@ async fn generate_and_compare(
     let expected = brute_force_tree(store.as_ref(), &info.prefix).await;
     let actual = read_manifest(&output, &expected);
     assert_trees_equal(&actual, &expected, context);
+    assert!(info.sorted_rows, "{context}: a store listing in key order");
+    // Each entry is found by bisection as the full parse has it (split directories included).
+    for (dir, rows) in &actual {
+        for (name, entry) in rows {
+            let found = crate::manifest::bisect::find(&dir_file(&output, dir), name);
+            assert_eq!(
+                found.expect("bisect").as_ref(),
+                Some(&entry.kind),
+                "{context}: {dir}/{name}"
+            );
+        }
+    }
     let objects: usize = expected
         .values()
         .flat_map(|rows| rows.values())

@@ -381,6 +381,7 @@ mod tests {
             prefix: String::new(),
             totals: Totals::default(),
             created_at: created_at.into(),
+            sorted_rows: false,
         }
     }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
+use super::bisect;
 use super::delta::{Change, DELTA_DIR, DeltaError, DeltaLog, Overlay};
 use super::format::{self, Entry, EntryKind, FormatError, ManifestInfo};
 use super::index::{Index, IndexError};
@@ -158,6 +159,10 @@ impl Manifest {
         }
         match self.index() {
             Some(index) => Ok(index.lookup(dir, name)?),
+            // Until the index is built: a few reads of a sorted TSV, not a parse of all of it.
+            None if self.info.sorted_rows => {
+                Ok(bisect::find(&format::dir_file(&self.root, dir), name)?)
+            }
             None => Ok(self.parsed_dir(dir)?.get(name).cloned()),
         }
     }
@@ -301,15 +306,17 @@ mod tests {
         }
     }
 
-    fn write_manifest(root: &Path) {
+    /// Rows in listing order (`format::sort_key`); `sorted` says so in the manifest's index,
+    /// so lookups bisect the TSVs until the index is built.
+    fn write_manifest(root: &Path, sorted: bool) {
         write_dir_file(
             root,
             "",
             &[
-                Entry::dir("d"),
-                Entry::file("top", 1, "e1", at(1)),
                 Entry::file("clash", 2, "e2", at(2)),
                 Entry::dir("clash"),
+                Entry::dir("d"),
+                Entry::file("top", 1, "e1", at(1)),
             ],
         )
         .expect("root");
@@ -322,7 +329,11 @@ mod tests {
             ],
         )
         .expect("d");
-        ManifestInfo::for_test().write(root).expect("info");
+        let info = ManifestInfo {
+            sorted_rows: sorted,
+            ..ManifestInfo::for_test()
+        };
+        info.write(root).expect("info");
     }
 
     fn names(map: &BTreeMap<String, EntryKind>) -> Vec<&str> {
@@ -336,9 +347,31 @@ mod tests {
     }
 
     #[test]
-    fn tsv_and_index_answers_agree_and_the_overlay_applies_to_both() {
+    fn a_sorted_manifest_is_looked_up_without_parsing_a_whole_tsv() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_manifest(dir.path());
+        write_manifest(dir.path(), true);
+        let m = Manifest::open(dir.path(), false)
+            .expect("open")
+            .expect("manifest");
+        assert!(!m.index_ready());
+        assert_eq!(m.lookup("", "clash").expect("clash"), Some(EntryKind::DIR));
+        assert_eq!(m.lookup("", "top").expect("top"), Some(file(1)));
+        assert_eq!(m.lookup("d", "b").expect("b"), Some(file(4)));
+        assert_eq!(m.lookup("d", "c").expect("c"), None);
+        assert_eq!(m.lookup("nowhere", "x").expect("x"), None);
+        assert!(lock(&m.parsed).is_empty(), "no TSV parsed whole");
+    }
+
+    #[test]
+    fn tsv_and_index_answers_agree_and_the_overlay_applies_to_both() {
+        for sorted in [false, true] {
+            tsv_and_index_answers_agree(sorted);
+        }
+    }
+
+    fn tsv_and_index_answers_agree(sorted: bool) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_manifest(dir.path(), sorted);
         let manifest = Manifest::open(dir.path(), true)
             .expect("open")
             .expect("manifest");
@@ -389,7 +422,7 @@ mod tests {
     #[test]
     fn a_read_only_mount_without_a_log_cannot_record() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_manifest(dir.path());
+        write_manifest(dir.path(), false);
         let manifest = Manifest::open(dir.path(), false)
             .expect("open")
             .expect("manifest");

@@ -102,8 +102,9 @@ pub(super) struct State {
     /// they are not counted against the dirty bound (nothing would ever free them).
     pub stranded: bool,
     /// Recovered from a killed process, its base not yet checked against the store: checked
-    /// before its first commit (`durable::check_base`).
-    pub check_base: bool,
+    /// before its first commit, or by a read that finds the base gone (`durable::check_base`),
+    /// against what the file held when it was recovered.
+    pub check_base: Option<AsRecovered>,
     /// Open handles on this file through any mount.
     pub handles: usize,
     /// A background commit task is scheduled or running.
@@ -131,6 +132,21 @@ pub(super) struct View<'a> {
     pub dirty: &'a Extents,
     pub base: Option<&'a ObjectVersion>,
     pub base_len: u64,
+}
+
+/// What a file recovered from a killed process held when it was recovered, kept until its base
+/// is checked against the store (`durable::check_base`): whether the killed process's commit
+/// landed is a question about *this* content, not about what was written since.
+#[derive(Debug, Clone)]
+pub struct AsRecovered {
+    pub generation: u64,
+    pub size: u64,
+    pub base_len: u64,
+    pub dirty: Extents,
+    /// Ranges written since: their bytes in the spill file are not the recovered ones any more.
+    pub rewritten: Extents,
+    /// The lowest size since: the spill's bytes above it are gone too.
+    pub low_water: u64,
 }
 
 impl State {
@@ -178,6 +194,9 @@ impl State {
         self.size = self.size.max(range.end);
         self.mtime = SystemTime::now();
         self.mark_parts_changed(range.start, range.end);
+        if let Some(recovered) = &mut self.check_base {
+            recovered.rewritten.insert(range.clone());
+        }
         self.dirty.insert(range)
     }
 
@@ -190,6 +209,9 @@ impl State {
         self.size = size;
         self.base_len = self.base_len.min(size);
         self.low_water = self.low_water.min(size);
+        if let Some(recovered) = &mut self.check_base {
+            recovered.low_water = recovered.low_water.min(size);
+        }
         self.dirty.truncate(size)
     }
 
@@ -259,7 +281,7 @@ impl DirtyFile {
                 failure: None,
                 deleted: false,
                 stranded: false,
-                check_base: false,
+                check_base: None,
                 handles: 0,
                 background: false,
                 idle_wait: false,

@@ -626,6 +626,47 @@ async fn a_read_before_the_recovered_commit_finds_the_version_that_landed_unreco
 }
 
 #[tokio::test]
+async fn writes_since_recovery_do_not_hide_a_commit_that_landed_unrecorded() {
+    // The descriptor the killed process served is still open: after the takeover its writer
+    // appends, and rewrites part of what was recovered, before the base is checked.
+    let n = node();
+    let (mut model, _) = patched_then_killed(&n).await;
+    n.a.put("f", Bytes::from(model.clone()))
+        .await
+        .expect("the killed process's commit");
+    let landed = version(&n.a, "f").await;
+    n.a.fail_next_heads("f", 1);
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    let file = second.find("s3:a", "f").expect("recovered");
+    until("the background commit's first try failed", || {
+        file.state().failure.is_some()
+    })
+    .await;
+    for (offset, data) in [(1000, pattern(300, 9)), (420, pattern(10, 8))] {
+        second
+            .write(&file, offset as u64, &data)
+            .await
+            .expect("write after the takeover");
+        model_write(&mut model, offset, &data);
+    }
+    assert_eq!(
+        read_all(&second, &file).await,
+        model,
+        "read across the base"
+    );
+    assert_eq!(
+        file.state().base.as_ref(),
+        Some(&landed),
+        "rebased onto the landed version"
+    );
+    assert!(file.is_dirty(), "what was written since is still to commit");
+    second.fsync(&file).await.expect("commit");
+    assert_eq!(n.stored("f"), Some(model));
+}
+
+#[tokio::test]
 async fn a_base_another_writer_changed_fails_the_recovered_commit_for_good() {
     // Replaced by other bytes of the same size (compared, and found different), or deleted.
     for replacement in [Some(pattern(1000, 2)), None] {

@@ -1,14 +1,17 @@
-//! A recovered file's base, checked against the store before its first commit.
+//! A recovered file's base, checked against the store before its first commit (or by the first
+//! read that finds the base gone).
 //!
 //! A killed process's commit can reach the store without its log getting the `Committed` record
 //! (the PUT or the completion answered, the process killed before it appended). Its successor
 //! then rebuilds the file over the version that commit replaced, and a commit over that base
-//! can never land: the bytes it would take from it are gone. So before a recovered file's first
-//! commit, if the object is no longer its recorded base:
+//! can never land, nor a read of the bytes it takes from it: that version is gone. So before a
+//! recovered file's first commit, if the object is no longer its recorded base:
 //!
-//! - the object holds the file's own bytes (the size, every dirty byte, the zeros above
-//!   `base_len`; the bytes taken from the base cannot be checked, that version being gone): the
-//!   killed process's commit landed, and the file is rebased onto it as a commit would;
+//! - the object holds the file's own bytes *as recovered* (`AsRecovered`: the size, every dirty
+//!   byte the spill still has — a descriptor kept across the kill may have written since —, the
+//!   zeros above `base_len`; the bytes taken from the base cannot be checked, that version being
+//!   gone): the killed process's commit landed, and the file is rebased onto it as a commit
+//!   would, what was written since staying dirty;
 //! - the file takes no byte from its base (rewritten whole, or truncated and written again):
 //!   the base is not needed, and the commit goes ahead as a new version;
 //! - otherwise another writer replaced (or deleted) the object, and the bytes the file did not
@@ -23,8 +26,7 @@ use std::sync::Arc;
 
 use crate::cache::ObjectVersion;
 use crate::store::{BODY_CHUNK, ObjectMeta};
-use crate::write::extents::Extents;
-use crate::write::file::{DirtyFile, Target};
+use crate::write::file::{AsRecovered, DirtyFile, Target};
 use crate::write::{Inner, WriteError};
 
 /// The killed process's commit had landed as `version`: the file's content as of `generation`.
@@ -34,43 +36,32 @@ pub(in crate::write) struct Landed {
     pub generation: u64,
 }
 
-/// What the check works from: the file as it was when the check started.
-struct Recovered {
-    generation: u64,
-    size: u64,
-    base: ObjectVersion,
-    base_len: u64,
-    dirty: Extents,
-    spill: Option<Arc<File>>,
-}
-
 /// Checks a recovered file's base once (see the module docs), under the file's commit lock.
 /// `Some` when the killed process's commit had landed (the caller rebases the file onto it);
 /// `None` when the commit is to go ahead. A store that cannot be asked is an error like any
 /// commit's, retried; the check is made again then.
+///
+/// Whether the commit landed is judged against the file *as recovered* (`AsRecovered`), not as
+/// it is now: writes since recovery (a writer that kept its descriptor across the kill) are not
+/// in that commit and must not make it look like another writer's object.
 pub(in crate::write) async fn check_base(
     inner: &Inner,
     file: &DirtyFile,
 ) -> Result<Option<Landed>, WriteError> {
-    let recovered = {
+    let (recovered, base, spill, rewritten_whole) = {
         let mut state = file.state();
-        if !state.check_base || state.deleted || !state.is_dirty() {
+        if state.deleted || !state.is_dirty() || state.check_base.is_none() {
             return Ok(None);
         }
         let Some(base) = state.base.clone() else {
-            state.check_base = false;
+            state.check_base = None;
             return Ok(None);
         };
-        // As a commit's snapshot: truncates during the check lower it (see `commit::rebase`).
-        state.low_water = state.size;
-        Recovered {
-            generation: state.generation,
-            size: state.size,
-            base,
-            base_len: state.base_len,
-            dirty: state.dirty.clone(),
-            spill: state.spill.clone(),
-        }
+        // No byte of the file as it is now comes from its base (rewritten whole, or truncated
+        // and written again, before or after the kill).
+        let rewritten_whole = state.dirty.covered(0..state.base_len) == state.base_len;
+        let recovered = state.check_base.clone().expect("checked above");
+        (recovered, base, state.spill.clone(), rewritten_whole)
     };
     let target = &file.target;
     let current = target
@@ -78,21 +69,18 @@ pub(in crate::write) async fn check_base(
         .head(&target.key)
         .await
         .map_err(|source| WriteError::store(target, source))?;
-    if current
-        .as_ref()
-        .is_some_and(|c| c.etag == recovered.base.etag)
-    {
-        file.state().check_base = false;
+    if current.as_ref().is_some_and(|c| c.etag == base.etag) {
+        file.state().check_base = None;
         return Ok(None);
     }
     if let Some(current) = &current
         && current.size == recovered.size
-        && holds_own_bytes(inner, target, &recovered, current).await?
+        && holds_own_bytes(inner, target, &recovered, spill, current).await?
     {
         tracing::info!(backend = %target.backend, key = %target.key, etag = %current.etag,
-            "a killed msfs process's commit of {} had landed; its recovered file is clean",
-            target.key);
-        file.state().check_base = false;
+            "a killed msfs process's commit of {} had landed; its recovered file is rebased \
+             onto it", target.key);
+        file.state().check_base = None;
         return Ok(Some(Landed {
             version: ObjectVersion {
                 key: target.key.clone(),
@@ -103,29 +91,30 @@ pub(in crate::write) async fn check_base(
         }));
     }
     let current = current.map(|c| c.etag);
-    let base_len = recovered.base_len;
-    if recovered.dirty.covered(0..base_len) == base_len {
+    if rewritten_whole {
         tracing::warn!(backend = %target.backend, key = %target.key,
-            base = %recovered.base.etag, current = ?current,
+            base = %base.etag, current = ?current,
             "the object was replaced or deleted while a killed msfs process's unsaved writes \
              to it waited; they rewrote it whole, so they are committed as its new version");
-        file.state().check_base = false;
+        file.state().check_base = None;
         return Ok(None);
     }
     Err(WriteError::BaseReplaced {
         key: target.key.clone(),
-        base: recovered.base.etag,
+        base: base.etag,
         current,
     })
 }
 
-/// Whether `current` holds the file's own bytes wherever the file does not take them from its
-/// base: its dirty extents, and zeros above `base_len`. Compared `BODY_CHUNK` at a time, with
-/// the two chunks' memory held against the commit buffer bound.
+/// Whether `current` holds the recovered file's own bytes wherever it did not take them from
+/// its base: its dirty extents (as far as the spill file still has them: not rewritten or
+/// truncated away since), and zeros above `base_len`. Compared `BODY_CHUNK` at a time, with the
+/// two chunks' memory held against the commit buffer bound.
 async fn holds_own_bytes(
     inner: &Inner,
     target: &Target,
-    recovered: &Recovered,
+    recovered: &AsRecovered,
+    spill: Option<Arc<File>>,
     current: &ObjectMeta,
 ) -> Result<bool, WriteError> {
     let _buffers = inner.buffers.hold(2 * BODY_CHUNK).await;
@@ -134,27 +123,50 @@ async fn holds_own_bytes(
         let window = start..recovered.size.min(start + BODY_CHUNK);
         start = window.end;
         for (range, dirty) in recovered.dirty.pieces(window) {
-            let (range, expected) = if dirty {
-                let spill = recovered.spill.clone().ok_or(WriteError::SpillGone)?;
-                let bytes = DirtyFile::read_spill_off_runtime(spill, range.clone()).await?;
-                (range, Some(bytes))
+            if dirty {
+                for range in still_in_spill(recovered, range) {
+                    let spill = spill.clone().ok_or(WriteError::SpillGone)?;
+                    let bytes = DirtyFile::read_spill_off_runtime(spill, range.clone()).await?;
+                    if !same(target, current, range, |got| got == &bytes[..]).await? {
+                        return Ok(false);
+                    }
+                }
             } else if range.end > recovered.base_len {
-                (range.start.max(recovered.base_len)..range.end, None)
-            } else {
-                continue; // the base's: nothing to check it against
-            };
-            let got = fetch(target, current, range.clone()).await?;
-            let same = got.len() as u64 == range.end - range.start
-                && match &expected {
-                    Some(bytes) => got[..] == bytes[..],
-                    None => got.iter().all(|b| *b == 0),
-                };
-            if !same {
-                return Ok(false);
+                let zeros = range.start.max(recovered.base_len)..range.end;
+                if !same(target, current, zeros, |got| got.iter().all(|b| *b == 0)).await? {
+                    return Ok(false);
+                }
             }
+            // Else the base's: nothing to check it against.
         }
     }
     Ok(true)
+}
+
+/// The parts of recovered dirty `range` whose spill bytes are still the recovered ones.
+fn still_in_spill(recovered: &AsRecovered, range: Range<u64>) -> Vec<Range<u64>> {
+    let below = range.start..range.end.min(recovered.low_water);
+    if below.is_empty() {
+        return Vec::new();
+    }
+    recovered
+        .rewritten
+        .pieces(below)
+        .filter(|(_, rewritten)| !rewritten)
+        .map(|(range, _)| range)
+        .collect()
+}
+
+/// Whether bytes `range` of `current` pass `expected`.
+async fn same(
+    target: &Target,
+    current: &ObjectMeta,
+    range: Range<u64>,
+    expected: impl FnOnce(&[u8]) -> bool,
+) -> Result<bool, WriteError> {
+    let len = range.end - range.start;
+    let got = fetch(target, current, range).await?;
+    Ok(got.len() as u64 == len && expected(&got))
 }
 
 /// Bytes `range` of exactly the version `current` (a version replaced meanwhile fails, and

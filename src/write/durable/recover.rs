@@ -11,7 +11,8 @@ use std::time::SystemTime;
 
 use crate::private_dir::{self, Abandoned};
 use crate::write::Inner;
-use crate::write::file::{DirtyFile, Target};
+use crate::write::extents::Extents;
+use crate::write::file::{AsRecovered, DirtyFile, Target};
 
 use super::record::{Parsed, Replayed, replay};
 use super::{DATA, KIND, LOG, Leftover, SpillLog, at, remove_dir, remove_file};
@@ -250,13 +251,20 @@ fn rebuild(inner: &Inner, adopted: Adopted) -> Option<Arc<DirtyFile>> {
         // The mode, owner and times the killed process would have committed with.
         state.metadata_version = u64::from(!replayed.metadata.is_empty());
         state.metadata = replayed.metadata;
-        // The killed process's last commit may have landed unrecorded (`landed`).
-        state.check_base = state.base.is_some();
         state.spill = Some(Arc::new(data));
         state.log = Some(log);
         // Dirty, whatever it was based on.
         state.generation = 1;
         state.committed = 0;
+        // The killed process's last commit may have landed unrecorded (`landed`).
+        state.check_base = state.base.is_some().then(|| AsRecovered {
+            generation: state.generation,
+            size: state.size,
+            base_len: state.base_len,
+            dirty: state.dirty.clone(),
+            rewritten: Extents::new(),
+            low_water: state.size,
+        });
         state.budgeted = budgeted;
     }
     inner.budget.add(budgeted);

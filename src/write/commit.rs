@@ -177,16 +177,18 @@ pub(super) async fn commit_once(
     file: &Arc<DirtyFile>,
 ) -> Result<(), WriteError> {
     let _one_at_a_time = file.commit_lock.lock().await;
-    if rebase_if_landed(inner, file).await? {
-        // Nothing to send: the store holds this content already.
-        return Ok(());
-    }
+    // A recovered file whose killed process's commit landed unrecorded is rebased onto what
+    // landed first; when that was all of it, the file is clean and nothing is sent (below).
+    rebase_if_landed(inner, file).await?;
     let (snapshot, upload) = {
         let mut state = file.state();
         if state.deleted || !state.is_dirty() {
             return Ok(());
         }
         state.low_water = state.size;
+        // Before the first request: should this process die before the commit's record, its
+        // successor can still recognise what this commit sends (`durable::check_base`).
+        durable::log_commit_starting(&mut state);
         (Arc::new(Snapshot::of(&state)), state.upload.clone())
     };
     let target = &file.target;
@@ -294,18 +296,23 @@ fn conflict_if_base_replaced(
 /// commit that would find out.
 pub(super) async fn settle_base(inner: &Inner, file: &DirtyFile) -> Result<(), WriteError> {
     let _one_at_a_time = file.commit_lock.lock().await;
-    rebase_if_landed(inner, file).await.map(drop)
+    rebase_if_landed(inner, file).await
 }
 
 /// A recovered file's base checked once (`durable::check_base`); when the killed process's
-/// commit had landed, the file is rebased onto that version and `true` returned (the store
-/// holds its content already). The caller holds the file's commit lock.
-async fn rebase_if_landed(inner: &Inner, file: &DirtyFile) -> Result<bool, WriteError> {
+/// commit had landed, the file is rebased onto that version (clean if it was the whole file,
+/// else with what was written after it still dirty). The caller holds the file's commit lock.
+async fn rebase_if_landed(inner: &Inner, file: &DirtyFile) -> Result<(), WriteError> {
     let Some(landed) = durable::check_base(inner, file).await? else {
-        return Ok(false);
+        return Ok(());
     };
+    if let Some(base_len) = landed.base_len {
+        // `rebase` takes `min(size, low_water)` of the new version as the base.
+        let mut state = file.state();
+        state.low_water = state.low_water.min(base_len);
+    }
     finish(inner, file, landed.generation, landed.version, None).await;
-    Ok(true)
+    Ok(())
 }
 
 /// The file's content as of `generation` is in the store as `committed`: rebases the file onto

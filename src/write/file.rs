@@ -27,7 +27,7 @@ use crate::store::{
     CompletedPart, METADATA_CTIME, METADATA_MTIME, Metadata, ObjectStore, format_time, parse_time,
 };
 
-use super::durable::{self, SpillLog};
+use super::durable::{self, Snapshot, SpillLog};
 use super::extents::Extents;
 
 /// Where a file is committed: which store, under which key, for which backend (metrics, logs).
@@ -105,6 +105,10 @@ pub(super) struct State {
     /// before its first commit, or by a read that finds the base gone (`durable::check_base`),
     /// against what the file held when it was recovered.
     pub check_base: Option<AsRecovered>,
+    /// A commit's start is in the spill log without its landing (`Record::CommitStarting`):
+    /// until it is, every write is logged, even one over bytes already dirty, so that a
+    /// successor knows which of the bytes that commit sent the spill file still holds.
+    pub commit_unrecorded: bool,
     /// Open handles on this file through any mount.
     pub handles: usize,
     /// A background commit task is scheduled or running.
@@ -134,19 +138,34 @@ pub(super) struct View<'a> {
     pub base_len: u64,
 }
 
-/// What a file recovered from a killed process held when it was recovered, kept until its base
-/// is checked against the store (`durable::check_base`): whether the killed process's commit
-/// landed is a question about *this* content, not about what was written since.
+/// The contents a file recovered from a killed process may have in the store without its log
+/// saying so, kept until its base is checked against the store (`durable::check_base`):
+/// whether the killed process's commit landed is a question about *those* contents, not about
+/// what was written since.
 #[derive(Debug, Clone)]
 pub struct AsRecovered {
+    /// The file's generation when it was recovered.
     pub generation: u64,
-    pub size: u64,
-    pub base_len: u64,
-    pub dirty: Extents,
-    /// Ranges written since: their bytes in the spill file are not the recovered ones any more.
-    pub rewritten: Extents,
-    /// The lowest size since: the spill's bytes above it are gone too.
-    pub low_water: u64,
+    /// The file as recovered (its last commit may have sent all of it).
+    pub whole: Snapshot,
+    /// What the last commit the log saw start sent, if the log does not say it landed.
+    pub in_flight: Option<Snapshot>,
+}
+
+impl AsRecovered {
+    fn rewrite(&mut self, range: Range<u64>) {
+        self.whole.rewrite(range.clone());
+        if let Some(sent) = &mut self.in_flight {
+            sent.rewrite(range);
+        }
+    }
+
+    fn truncate(&mut self, size: u64) {
+        self.whole.truncate(size);
+        if let Some(sent) = &mut self.in_flight {
+            sent.truncate(size);
+        }
+    }
 }
 
 impl State {
@@ -195,7 +214,7 @@ impl State {
         self.mtime = SystemTime::now();
         self.mark_parts_changed(range.start, range.end);
         if let Some(recovered) = &mut self.check_base {
-            recovered.rewritten.insert(range.clone());
+            recovered.rewrite(range.clone());
         }
         self.dirty.insert(range)
     }
@@ -210,7 +229,7 @@ impl State {
         self.base_len = self.base_len.min(size);
         self.low_water = self.low_water.min(size);
         if let Some(recovered) = &mut self.check_base {
-            recovered.low_water = recovered.low_water.min(size);
+            recovered.truncate(size);
         }
         self.dirty.truncate(size)
     }
@@ -282,6 +301,7 @@ impl DirtyFile {
                 deleted: false,
                 stranded: false,
                 check_base: None,
+                commit_unrecorded: false,
                 handles: 0,
                 background: false,
                 idle_wait: false,

@@ -667,6 +667,70 @@ async fn writes_since_recovery_do_not_hide_a_commit_that_landed_unrecorded() {
 }
 
 #[tokio::test]
+async fn a_commit_that_landed_unrecorded_before_later_writes_is_recognised_and_they_commit() {
+    // The process started a commit, recorded that it did, and died before the commit's own
+    // record — after more writes (one over the bytes the commit sent), a truncate and an
+    // extension. What landed is an earlier content of the file, not the recovered one.
+    let n = node();
+    let original = pattern(1000, 1);
+    std::fs::write(n.a_root.join("f"), &original).expect("seed");
+    let first = n.engine();
+    let base = version(&n.a, "f").await;
+    let file = first.open(target(&n.a, "f"), Some(base.clone()));
+    let mut model = original;
+    first
+        .write(&file, 400, &pattern(50, 5))
+        .await
+        .expect("write");
+    model_write(&mut model, 400, &pattern(50, 5));
+    // The commit starts (its record first), and lands.
+    durable::log_commit_starting(&mut file.state());
+    n.a.put("f", Bytes::from(model.clone()))
+        .await
+        .expect("the commit's PUT");
+    let landed = version(&n.a, "f").await;
+    // Written while it was on its way.
+    first
+        .write(&file, 420, &pattern(10, 6))
+        .await
+        .expect("write over it");
+    model_write(&mut model, 420, &pattern(10, 6));
+    first.truncate(&file, 600).expect("truncate");
+    model.truncate(600);
+    first
+        .write(&file, 900, &pattern(50, 7))
+        .await
+        .expect("write past the end");
+    model_write(&mut model, 900, &pattern(50, 7));
+    kill(first, vec![file]).await;
+    let puts = n.a.calls("put");
+
+    let second = n.engine();
+    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
+    let file = second.find("s3:a", "f").expect("recovered");
+    until("the recovered file is committed", || {
+        let state = file.state();
+        !state.background
+    })
+    .await;
+    {
+        let state = file.state();
+        assert!(
+            state.failure.is_none() && !state.stranded,
+            "{:?}",
+            state.failure
+        );
+    }
+    assert_eq!(
+        n.stored("f"),
+        Some(model),
+        "the later writes over what landed"
+    );
+    assert_eq!(n.a.calls("put"), puts + 1);
+    assert_ne!(version(&n.a, "f").await.etag, landed.etag);
+}
+
+#[tokio::test]
 async fn a_base_another_writer_changed_fails_the_recovered_commit_for_good() {
     // Replaced by other bytes of the same size (compared, and found different), or deleted.
     for replacement in [Some(pattern(1000, 2)), None] {

@@ -24,16 +24,23 @@ use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::record::Snapshot;
 use crate::cache::ObjectVersion;
 use crate::store::{BODY_CHUNK, ObjectMeta};
-use crate::write::file::{AsRecovered, DirtyFile, Target};
+use crate::write::file::{DirtyFile, Target};
 use crate::write::{Inner, WriteError};
 
-/// The killed process's commit had landed as `version`: the file's content as of `generation`.
+/// The killed process's commit had landed as `version`.
 #[derive(Debug)]
 pub(in crate::write) struct Landed {
     pub version: ObjectVersion,
+    /// The file's content as of this generation is `version` (0: an older content than the
+    /// recovered one, whose later writes stay dirty).
     pub generation: u64,
+    /// Bytes of `version` the file takes as its base from now on, at most: the recovered
+    /// file's `base_len` when what landed is an earlier content (the bytes above it that the
+    /// file does not write are zeros in it, whatever that content held there).
+    pub base_len: Option<u64>,
 }
 
 /// Checks a recovered file's base once (see the module docs), under the file's commit lock.
@@ -41,14 +48,15 @@ pub(in crate::write) struct Landed {
 /// `None` when the commit is to go ahead. A store that cannot be asked is an error like any
 /// commit's, retried; the check is made again then.
 ///
-/// Whether the commit landed is judged against the file *as recovered* (`AsRecovered`), not as
-/// it is now: writes since recovery (a writer that kept its descriptor across the kill) are not
-/// in that commit and must not make it look like another writer's object.
+/// What landed may be the file as recovered, or the content of the last commit its log saw
+/// start (the process died before that commit's record, with writes recorded after it). It is
+/// recognised by its size and the dirty bytes the spill file still holds of it — not by what
+/// was written since recovery (a writer that kept its descriptor across the kill).
 pub(in crate::write) async fn check_base(
     inner: &Inner,
     file: &DirtyFile,
 ) -> Result<Option<Landed>, WriteError> {
-    let (recovered, base, spill, rewritten_whole) = {
+    let (recovered, base, spill, base_len, rewritten_whole) = {
         let mut state = file.state();
         if state.deleted || !state.is_dirty() || state.check_base.is_none() {
             return Ok(None);
@@ -61,7 +69,8 @@ pub(in crate::write) async fn check_base(
         // and written again, before or after the kill).
         let rewritten_whole = state.dirty.covered(0..state.base_len) == state.base_len;
         let recovered = state.check_base.clone().expect("checked above");
-        (recovered, base, state.spill.clone(), rewritten_whole)
+        let spill = state.spill.clone();
+        (recovered, base, spill, state.base_len, rewritten_whole)
     };
     let target = &file.target;
     let current = target
@@ -73,22 +82,37 @@ pub(in crate::write) async fn check_base(
         file.state().check_base = None;
         return Ok(None);
     }
-    if let Some(current) = &current
-        && current.size == recovered.size
-        && holds_own_bytes(inner, target, &recovered, spill, current).await?
-    {
-        tracing::info!(backend = %target.backend, key = %target.key, etag = %current.etag,
-            "a killed msfs process's commit of {} had landed; its recovered file is rebased \
-             onto it", target.key);
-        file.state().check_base = None;
-        return Ok(Some(Landed {
-            version: ObjectVersion {
-                key: target.key.clone(),
-                etag: current.etag.clone(),
-                size: current.size,
-            },
-            generation: recovered.generation,
-        }));
+    if let Some(current) = &current {
+        let candidates = [
+            (&recovered.whole, recovered.generation, None),
+            // Older than the recovered content: the later writes stay to commit.
+            (
+                recovered.in_flight.as_ref().unwrap_or(&recovered.whole),
+                0,
+                Some(base_len),
+            ),
+        ];
+        let tries = if recovered.in_flight.is_some() { 2 } else { 1 };
+        for (content, generation, base_len) in candidates.into_iter().take(tries) {
+            if current.size == content.size
+                && holds_own_bytes(inner, target, content, spill.clone(), current).await?
+            {
+                tracing::info!(backend = %target.backend, key = %target.key,
+                    etag = %current.etag, whole = base_len.is_none(),
+                    "a killed msfs process's commit of {} had landed unrecorded; its recovered \
+                     file is rebased onto it", target.key);
+                file.state().check_base = None;
+                return Ok(Some(Landed {
+                    version: ObjectVersion {
+                        key: target.key.clone(),
+                        etag: current.etag.clone(),
+                        size: current.size,
+                    },
+                    generation,
+                    base_len,
+                }));
+            }
+        }
     }
     let current = current.map(|c| c.etag);
     if rewritten_whole {
@@ -106,33 +130,33 @@ pub(in crate::write) async fn check_base(
     })
 }
 
-/// Whether `current` holds the recovered file's own bytes wherever it did not take them from
-/// its base: its dirty extents (as far as the spill file still has them: not rewritten or
-/// truncated away since), and zeros above `base_len`. Compared `BODY_CHUNK` at a time, with the
-/// two chunks' memory held against the commit buffer bound.
+/// Whether `current` holds `content`'s own bytes wherever it did not take them from its base:
+/// its dirty extents (as far as the spill file still has them: not rewritten or truncated away
+/// since), and zeros above its `base_len`. Compared `BODY_CHUNK` at a time, with the two
+/// chunks' memory held against the commit buffer bound.
 async fn holds_own_bytes(
     inner: &Inner,
     target: &Target,
-    recovered: &AsRecovered,
+    content: &Snapshot,
     spill: Option<Arc<File>>,
     current: &ObjectMeta,
 ) -> Result<bool, WriteError> {
     let _buffers = inner.buffers.hold(2 * BODY_CHUNK).await;
     let mut start = 0;
-    while start < recovered.size {
-        let window = start..recovered.size.min(start + BODY_CHUNK);
+    while start < content.size {
+        let window = start..content.size.min(start + BODY_CHUNK);
         start = window.end;
-        for (range, dirty) in recovered.dirty.pieces(window) {
+        for (range, dirty) in content.dirty.pieces(window) {
             if dirty {
-                for range in still_in_spill(recovered, range) {
+                for range in still_in_spill(content, range) {
                     let spill = spill.clone().ok_or(WriteError::SpillGone)?;
                     let bytes = DirtyFile::read_spill_off_runtime(spill, range.clone()).await?;
                     if !same(target, current, range, |got| got == &bytes[..]).await? {
                         return Ok(false);
                     }
                 }
-            } else if range.end > recovered.base_len {
-                let zeros = range.start.max(recovered.base_len)..range.end;
+            } else if range.end > content.base_len {
+                let zeros = range.start.max(content.base_len)..range.end;
                 if !same(target, current, zeros, |got| got.iter().all(|b| *b == 0)).await? {
                     return Ok(false);
                 }
@@ -143,13 +167,13 @@ async fn holds_own_bytes(
     Ok(true)
 }
 
-/// The parts of recovered dirty `range` whose spill bytes are still the recovered ones.
-fn still_in_spill(recovered: &AsRecovered, range: Range<u64>) -> Vec<Range<u64>> {
-    let below = range.start..range.end.min(recovered.low_water);
+/// The parts of `content`'s dirty `range` whose spill bytes are still that content's.
+fn still_in_spill(content: &Snapshot, range: Range<u64>) -> Vec<Range<u64>> {
+    let below = range.start..range.end.min(content.low_water);
     if below.is_empty() {
         return Vec::new();
     }
-    recovered
+    content
         .rewritten
         .pieces(below)
         .filter(|(_, rewritten)| !rewritten)

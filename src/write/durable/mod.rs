@@ -59,7 +59,7 @@ use super::WriteError;
 use super::file::State;
 
 pub(super) use landed::check_base;
-pub(super) use record::{Header, Record};
+pub(super) use record::{Header, Record, Snapshot};
 pub(super) use recover::recover;
 
 /// The kind of the spill directories.
@@ -242,7 +242,12 @@ pub(super) fn log_write(
     mtime: SystemTime,
 ) -> Result<(), WriteError> {
     let len = range.end - range.start;
-    let nothing_new = range.end <= state.size && state.dirty.covered(range.clone()) == len;
+    // While a commit's landing or a recovered base is unrecorded, a rewrite of dirty bytes is
+    // news too (see `State::commit_unrecorded`).
+    let nothing_new = range.end <= state.size
+        && state.dirty.covered(range.clone()) == len
+        && !state.commit_unrecorded
+        && state.check_base.is_none();
     match &mut state.log {
         Some(log) if !nothing_new => log
             .append(&Record::Write { range, mtime })
@@ -268,6 +273,7 @@ pub(super) fn log_truncate(
 /// A commit landed and the state was rebased onto `base`. A clean file with no write in flight
 /// lets go of its spill (returned, to be disposed of); otherwise the new base is recorded.
 pub(super) fn log_commit(state: &mut State, clean: bool) -> Leftover {
+    state.commit_unrecorded = false;
     if clean && state.writers == 0 {
         return Leftover {
             spill: state.spill.take(),
@@ -285,6 +291,20 @@ pub(super) fn log_commit(state: &mut State, clean: bool) -> Leftover {
         });
     }
     Leftover::default()
+}
+
+/// Records that a commit is about to send the file's content as it is now (`Record::
+/// CommitStarting`): should the process die before the commit's `Committed` record, the
+/// successor can still recognise that content in the store (`landed`).
+pub(super) fn log_commit_starting(state: &mut State) {
+    let record = Record::CommitStarting {
+        size: state.size,
+        base_len: state.base_len,
+    };
+    if let Some(log) = &mut state.log {
+        log.append_or_break(&record);
+        state.commit_unrecorded = true;
+    }
 }
 
 /// Records the file's unreported commit failure as it is now (set, or reported and cleared),

@@ -10,7 +10,11 @@
 //! - `W` write: start, end, mtime;
 //! - `T` truncate: size, mtime;
 //! - `M` mtime;
-//! - `C` commit landed: base key, ETag, size, `base_len`, clean (0 or 1).
+//! - `C` commit landed: base key, ETag, size, `base_len`, clean (0 or 1);
+//! - `S` commit starting (format 2): the size and `base_len` of the content it sends, the
+//!   dirty extents being those the records before it left. Appended before the first request
+//!   of each commit, so that a successor can recognise that content in the store should the
+//!   process die before the commit's `C` record (`landed`).
 
 use std::ops::Range;
 use std::time::{Duration, SystemTime};
@@ -20,8 +24,10 @@ use crate::store::Metadata;
 use crate::write::Extents;
 use crate::write::file::{State, Target};
 
-/// Bumped whenever a record's layout changes; logs of another format are left alone.
-const FORMAT: u32 = 1;
+/// Bumped whenever a record's layout changes; logs of another format are left alone. Format 2
+/// added the `S` record; format 1 logs (without it) are read too.
+const FORMAT: u32 = 2;
+const FORMATS_READ: [u32; 2] = [1, 2];
 /// No record is anywhere near this long (keys are at most 1,024 bytes): a length past it is
 /// a torn or foreign frame, not an allocation to attempt.
 const MAX_RECORD: usize = 64 << 10;
@@ -85,6 +91,12 @@ pub(in crate::write) enum Record {
     /// A background commit failed with this message, not reported yet (`Some`), or the
     /// failure was reported by an fsync (`None`): what the next process's fsync reports.
     Failure(Option<String>),
+    /// A commit is about to send the file's content as the records before this one leave it:
+    /// `size` bytes, the first `base_len` not dirty taken from the base.
+    CommitStarting {
+        size: u64,
+        base_len: u64,
+    },
 }
 
 const TAG_HEADER: u8 = b'H';
@@ -94,6 +106,7 @@ const TAG_MTIME: u8 = b'M';
 const TAG_METADATA: u8 = b'X';
 const TAG_COMMITTED: u8 = b'C';
 const TAG_FAILURE: u8 = b'F';
+const TAG_COMMIT_STARTING: u8 = b'S';
 
 impl Record {
     /// The record as appended: `len | crc32(body) | body`, then the body (little-endian
@@ -152,6 +165,11 @@ impl Record {
                 put_u64(&mut body, *base_len);
                 body.push(u8::from(*clean));
             }
+            Record::CommitStarting { size, base_len } => {
+                body.push(TAG_COMMIT_STARTING);
+                put_u64(&mut body, *size);
+                put_u64(&mut body, *base_len);
+            }
             Record::Failure(failure) => {
                 body.push(TAG_FAILURE);
                 match failure {
@@ -176,7 +194,7 @@ impl Record {
         let mut r = Reader(body);
         let record = match r.u8()? {
             TAG_HEADER => {
-                if r.u32()? != FORMAT {
+                if !FORMATS_READ.contains(&r.u32()?) {
                     return None;
                 }
                 let (store, backend, key) = (r.string()?, r.string()?, r.string()?);
@@ -227,6 +245,10 @@ impl Record {
                     1 => true,
                     _ => return None,
                 },
+            },
+            TAG_COMMIT_STARTING => Record::CommitStarting {
+                size: r.u64()?,
+                base_len: r.u64()?,
             },
             TAG_FAILURE => Record::Failure(match r.u8()? {
                 0 => None,
@@ -368,6 +390,46 @@ pub(in crate::write) struct Replayed {
     pub failure: Option<String>,
     /// The metadata last recorded (empty if none was).
     pub metadata: Metadata,
+    /// The content the last commit started sent, if no `C` record followed it (it may have
+    /// landed all the same), with what the spill file still holds of it.
+    pub in_flight: Option<Snapshot>,
+}
+
+/// A content of the file that may be in the store (sent by a commit the log does not say
+/// landed), and how far the spill file still holds its dirty bytes: the writes and truncates
+/// recorded since changed the spill file under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::write) struct Snapshot {
+    pub size: u64,
+    pub base_len: u64,
+    pub dirty: Extents,
+    /// Ranges written since: their spill bytes are not this content's any more.
+    pub rewritten: Extents,
+    /// The lowest size since: spill bytes above it are gone.
+    pub low_water: u64,
+}
+
+impl Snapshot {
+    /// The file's content as it is: nothing rewritten since.
+    pub fn of(size: u64, base_len: u64, dirty: &Extents) -> Snapshot {
+        Snapshot {
+            size,
+            base_len,
+            dirty: dirty.clone(),
+            rewritten: Extents::new(),
+            low_water: size,
+        }
+    }
+
+    /// Bytes `range` were written after this content was taken.
+    pub fn rewrite(&mut self, range: Range<u64>) {
+        self.rewritten.insert(range);
+    }
+
+    /// The file was truncated to `size` after this content was taken.
+    pub fn truncate(&mut self, size: u64) {
+        self.low_water = self.low_water.min(size);
+    }
 }
 
 /// What a log holds.
@@ -400,6 +462,7 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
         valid_len,
         failure: None,
         metadata: Metadata::new(),
+        in_flight: None,
     };
     for record in records {
         match record {
@@ -407,11 +470,17 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
             Record::Header(_) => break,
             Record::Write { range, mtime } => {
                 file.now.size = file.now.size.max(range.end);
+                if let Some(sent) = &mut file.in_flight {
+                    sent.rewrite(range.clone());
+                }
                 file.dirty.insert(range);
                 file.now.mtime = mtime;
                 file.changed = true;
             }
             Record::Truncate { size, mtime } => {
+                if let Some(sent) = &mut file.in_flight {
+                    sent.truncate(size);
+                }
                 file.now.size = size;
                 file.now.base_len = file.now.base_len.min(size);
                 file.dirty.truncate(size);
@@ -421,6 +490,9 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
             Record::Mtime(mtime) => file.now.mtime = mtime,
             Record::Metadata(metadata) => file.metadata = metadata,
             Record::Failure(failure) => file.failure = failure,
+            Record::CommitStarting { size, base_len } => {
+                file.in_flight = Some(Snapshot::of(size, base_len, &file.dirty));
+            }
             Record::Committed {
                 base,
                 base_len,
@@ -428,6 +500,7 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
             } => {
                 file.now.base = Some(base);
                 file.now.base_len = base_len.min(file.now.size);
+                file.in_flight = None;
                 // As in the live state: a commit that lands clears an unreported failure.
                 file.failure = None;
                 if clean {
@@ -452,7 +525,9 @@ fn is_foreign_header(log: &[u8]) -> bool {
     };
     crc32fast::hash(body) == crc
         && body[0] == TAG_HEADER
-        && body.get(1..5).is_some_and(|v| v != FORMAT.to_le_bytes())
+        && body
+            .get(1..5)
+            .is_some_and(|v| !FORMATS_READ.iter().any(|format| v == format.to_le_bytes()))
 }
 
 #[cfg(test)]
@@ -538,6 +613,10 @@ mod tests {
             },
             Record::Failure(Some("AccessDenied: no".into())),
             Record::Failure(None),
+            Record::CommitStarting {
+                size: 70,
+                base_len: 12,
+            },
         ];
         let log = log_of(&all);
         let (read, len) = records(&log);
@@ -570,6 +649,52 @@ mod tests {
         assert_eq!(file.now.mtime, at(4));
         assert!(file.changed);
         assert_eq!(file.valid_len, log.len() as u64);
+    }
+
+    #[test]
+    fn the_content_a_commit_started_sending_is_replayed_until_its_commit_is_recorded() {
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let write = |range| Record::Write {
+            range,
+            mtime: at(1),
+        };
+        let started = Record::CommitStarting {
+            size: 120,
+            base_len: 100,
+        };
+        let log = log_of(&[
+            Record::Header(header()),
+            write(90..120),
+            started.clone(),
+            write(95..97),
+            Record::Truncate {
+                size: 110,
+                mtime: at(2),
+            },
+            write(130..140),
+        ]);
+        let file = replayed(&log);
+        let sent = file.in_flight.expect("a commit was sending");
+        assert_eq!((sent.size, sent.base_len), (120, 100));
+        assert_eq!(sent.dirty.iter().collect::<Vec<_>>(), vec![90..120]);
+        assert_eq!(
+            sent.rewritten.iter().collect::<Vec<_>>(),
+            vec![95..97, 130..140],
+            "written after it started"
+        );
+        assert_eq!(sent.low_water, 110, "truncated after it started");
+
+        let committed = Record::Committed {
+            base: ObjectVersion {
+                key: "dir/file".into(),
+                etag: "landed".into(),
+                size: 120,
+            },
+            base_len: 120,
+            clean: false,
+        };
+        let log = log_of(&[Record::Header(header()), write(90..120), started, committed]);
+        assert_eq!(replayed(&log).in_flight, None, "its record came");
     }
 
     #[test]
@@ -671,5 +796,25 @@ mod tests {
         put_u32(&mut log, crc32fast::hash(&foreign));
         log.extend_from_slice(&foreign);
         assert_eq!(replay(&log), Parsed::Foreign);
+    }
+
+    #[test]
+    fn a_log_the_previous_format_wrote_is_recovered() {
+        // Format 1 (before `CommitStarting`): the same header with its format field at 1.
+        let mut frame = Record::Header(header()).frame();
+        frame[FRAME_HEAD + 1..FRAME_HEAD + 5].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32fast::hash(&frame[FRAME_HEAD..]);
+        frame[4..8].copy_from_slice(&crc.to_le_bytes());
+        let mut log = frame;
+        log.extend(
+            Record::Write {
+                range: 0..5,
+                mtime: SystemTime::UNIX_EPOCH,
+            }
+            .frame(),
+        );
+        let file = replayed(&log);
+        assert_eq!(file.now.key, "dir/file");
+        assert_eq!(file.dirty.iter().collect::<Vec<_>>(), vec![0..5]);
     }
 }

@@ -11,10 +11,9 @@ use std::time::SystemTime;
 
 use crate::private_dir::{self, Abandoned};
 use crate::write::Inner;
-use crate::write::extents::Extents;
 use crate::write::file::{AsRecovered, DirtyFile, Target};
 
-use super::record::{Parsed, Replayed, replay};
+use super::record::{Parsed, Replayed, Snapshot, replay};
 use super::{DATA, KIND, LOG, Leftover, SpillLog, at, remove_dir, remove_file};
 
 /// One file a dead process left, found in its spill directory.
@@ -257,13 +256,11 @@ fn rebuild(inner: &Inner, adopted: Adopted) -> Option<Arc<DirtyFile>> {
         state.generation = 1;
         state.committed = 0;
         // The killed process's last commit may have landed unrecorded (`landed`).
+        state.commit_unrecorded = replayed.in_flight.is_some();
         state.check_base = state.base.is_some().then(|| AsRecovered {
             generation: state.generation,
-            size: state.size,
-            base_len: state.base_len,
-            dirty: state.dirty.clone(),
-            rewritten: Extents::new(),
-            low_water: state.size,
+            whole: Snapshot::of(state.size, state.base_len, &state.dirty),
+            in_flight: replayed.in_flight,
         });
         state.budgeted = budgeted;
     }

@@ -11,8 +11,8 @@ use super::super::posix::{S_IFDIR, S_IFLNK, S_IFREG};
 use super::super::tests::test_engines;
 use super::super::{Backend, FsOptions, OpenMode, Opened, ROOT_INO};
 use super::*;
+use crate::store::ObjectStore;
 use crate::store::testing::TestStore;
-use crate::store::{ObjectStore, RamStore};
 
 /// One mount over a shared store; the spill directory lives as long as it.
 struct Mount {
@@ -25,20 +25,6 @@ const FILE_PERM: u16 = 0o644;
 const DIR_PERM: u16 = 0o755;
 const BACKEND_UID: u32 = 1000;
 const BACKEND_GID: u32 = 1000;
-
-fn ram_store() -> Arc<TestStore> {
-    TestStore::over(
-        RamStore::new(
-            "ram",
-            crate::config::RamConfig {
-                max_list_page_size: 1000,
-                max_total_objects: 1 << 20,
-                max_total_object_space: 1 << 30,
-            },
-        ),
-        "ram",
-    )
-}
 
 /// An `Fs` showing `store` as backend "data", writable, with or without `posix_metadata`.
 fn mount(store: &Arc<TestStore>, posix_metadata: bool) -> Mount {
@@ -142,7 +128,7 @@ const OWNER: Creator = Creator {
 
 #[tokio::test]
 async fn meta_ops_a_created_file_carries_its_creators_mode_and_owner() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let m = mount(&store, true);
     let data = resolve(&m.fs, "data").await.expect("data");
     let (created, fh) =
@@ -183,7 +169,7 @@ async fn meta_ops_a_created_file_carries_its_creators_mode_and_owner() {
 
 #[tokio::test]
 async fn meta_ops_chmod_of_a_clean_file_is_one_copy_and_sticks() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let m = mount(&store, true);
     let created = create_committed(&m.fs, "f", b"hello", OWNER).await;
     let (puts, copies) = (store.calls("put"), store.calls("copy"));
@@ -225,7 +211,7 @@ async fn meta_ops_chmod_of_a_clean_file_is_one_copy_and_sticks() {
 
 #[tokio::test]
 async fn meta_ops_chown_and_utimens_stick_to_the_nanosecond() {
-    let store = ram_store();
+    let store = TestStore::ram();
     // An object written by someone else, without any metadata.
     store
         .put("f", Bytes::from_static(b"abc"))
@@ -285,7 +271,7 @@ async fn meta_ops_chown_and_utimens_stick_to_the_nanosecond() {
 
 #[tokio::test]
 async fn meta_ops_directories_keep_theirs_on_the_marker_made_if_missing() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let m = mount(&store, true);
     let data = resolve(&m.fs, "data").await.expect("data");
     let creator = Creator {
@@ -347,7 +333,7 @@ async fn meta_ops_directories_keep_theirs_on_the_marker_made_if_missing() {
 
 #[tokio::test]
 async fn meta_ops_symlinks_round_trip_and_need_posix_metadata() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let m = mount(&store, true);
     let data = resolve(&m.fs, "data").await.expect("data");
     let target = b"../some dir/target\xff";
@@ -397,7 +383,7 @@ async fn meta_ops_symlinks_round_trip_and_need_posix_metadata() {
     let refused = m.fs.readlink(plain.ino).await;
     assert_eq!(refused.map_err(|e| e.errno()), Err(libc::EINVAL));
 
-    let plain_store = ram_store();
+    let plain_store = TestStore::ram();
     let without = mount(&plain_store, false);
     let data = resolve(&without.fs, "data").await.expect("data");
     let refused = without.fs.symlink(data.ino, "link", target, creator).await;
@@ -414,7 +400,7 @@ async fn meta_ops_symlinks_round_trip_and_need_posix_metadata() {
 
 #[tokio::test]
 async fn meta_ops_rewriting_a_file_keeps_its_mode_and_owner() {
-    let store = ram_store();
+    let store = TestStore::ram();
     // As s3fs leaves it after `chmod 750 f; chown 1234:5678 f`, with a name of someone else's.
     let theirs = metadata_of(&[
         ("mode", "33256"),
@@ -470,7 +456,7 @@ async fn meta_ops_rewriting_a_file_keeps_its_mode_and_owner() {
 /// rewritten just now as unchanged since its creation.
 #[tokio::test]
 async fn meta_ops_rewriting_a_file_moves_its_mtime() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let old = UNIX_EPOCH + Duration::from_secs(1_600_000_000);
     let theirs = metadata_of(&[("mode", "33188"), ("mtime", "1600000000")]);
     put_with(&store, "f", b"old contents", &theirs).await;
@@ -505,7 +491,7 @@ async fn meta_ops_rewriting_a_file_moves_its_mtime() {
 
 #[tokio::test]
 async fn meta_ops_without_posix_metadata_changes_are_accepted_and_forgotten() {
-    let store = ram_store();
+    let store = TestStore::ram();
     store
         .put("f", Bytes::from_static(b"abc"))
         .await
@@ -550,7 +536,7 @@ async fn meta_ops_without_posix_metadata_changes_are_accepted_and_forgotten() {
 
 #[tokio::test]
 async fn meta_ops_chmod_of_a_dirty_file_rides_on_its_commit() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let m = mount(&store, true);
     let data = resolve(&m.fs, "data").await.expect("data");
     let (created, fh) =
@@ -597,7 +583,7 @@ async fn meta_ops_chmod_of_a_dirty_file_rides_on_its_commit() {
 /// follow ask the store nothing.
 #[tokio::test]
 async fn meta_ops_opendir_reads_the_entries_metadata_ahead() {
-    let store = ram_store();
+    let store = TestStore::ram();
     for i in 0..5u32 {
         let mode = (S_IFREG | (0o600 + i)).to_string();
         let uid = (100 + i).to_string();
@@ -638,7 +624,7 @@ async fn meta_ops_opendir_reads_the_entries_metadata_ahead() {
 /// utimens on a file being written: the commit stores the time asked for, not the commit's.
 #[tokio::test]
 async fn meta_ops_utimens_of_a_dirty_file_is_what_its_commit_stores() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let m = mount(&store, true);
     let data = resolve(&m.fs, "data").await.expect("data");
     let (created, fh) =
@@ -670,7 +656,7 @@ async fn meta_ops_utimens_of_a_dirty_file_is_what_its_commit_stores() {
 /// holds it, clean): the replace keeps the modification time the commit stored.
 #[tokio::test]
 async fn meta_ops_chmod_of_an_open_committed_file_keeps_its_stored_mtime() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let m = mount(&store, true);
     let data = resolve(&m.fs, "data").await.expect("data");
     let (created, fh) =
@@ -707,7 +693,7 @@ async fn meta_ops_chmod_of_an_open_committed_file_keeps_its_stored_mtime() {
 /// the writes.
 #[tokio::test]
 async fn meta_ops_chmod_during_a_commit_is_settled_with_the_writes_mtime() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let theirs = metadata_of(&[("mode", "33188"), ("mtime", "1600000000")]);
     put_with(&store, "f", b"0123456789", &theirs).await;
     let m = mount(&store, true);
@@ -755,7 +741,7 @@ async fn meta_ops_chmod_during_a_commit_is_settled_with_the_writes_mtime() {
 /// refused with ENAMETOOLONG, never read whole.
 #[tokio::test]
 async fn meta_ops_a_link_longer_than_any_path_is_refused_unread() {
-    let store = ram_store();
+    let store = TestStore::ram();
     let link = metadata_of(&[("mode", "41471")]);
     put_with(&store, "huge-link", &[b'a'; 5 << 10], &link).await;
     let m = mount(&store, true);
@@ -770,7 +756,7 @@ async fn meta_ops_a_link_longer_than_any_path_is_refused_unread() {
 /// A cold lookup reads an object's metadata with the HEAD that finds it: one, not two.
 #[tokio::test]
 async fn meta_ops_a_cold_lookup_costs_one_head() {
-    let store = ram_store();
+    let store = TestStore::ram();
     put_with(&store, "f", b"abc", &metadata_of(&[("mode", "33216")])).await;
     let m = mount(&store, true);
     let data = resolve(&m.fs, "data").await.expect("data");
@@ -784,7 +770,7 @@ async fn meta_ops_a_cold_lookup_costs_one_head() {
 /// lookup costs the probe's HEAD and LIST, no HEAD of a marker.
 #[tokio::test]
 async fn meta_ops_a_directory_without_a_marker_costs_no_marker_head() {
-    let store = ram_store();
+    let store = TestStore::ram();
     store
         .put("d/x", Bytes::from_static(b"x"))
         .await

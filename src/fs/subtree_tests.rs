@@ -5,8 +5,8 @@
 use bytes::Bytes;
 
 use super::*;
+use crate::store::ObjectStore;
 use crate::store::testing::TestStore;
-use crate::store::{ObjectStore, RamStore};
 
 struct Fixture {
     fs: Fs,
@@ -16,17 +16,7 @@ struct Fixture {
 
 /// `Fs` over a RAM store holding `keys` under backend "data", writable, with `ttl`.
 async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
-    let store = TestStore::over(
-        RamStore::new(
-            "ram",
-            crate::config::RamConfig {
-                max_list_page_size: 1000,
-                max_total_objects: 1 << 20,
-                max_total_object_space: 1 << 30,
-            },
-        ),
-        "ram",
-    );
+    let store = TestStore::ram();
     for key in keys {
         store.put(key, Bytes::from_static(b"x")).await.expect("put");
     }

@@ -529,18 +529,8 @@ fn entry_kinds_compare_by_every_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posix_metadata_fills_the_owner_columns_from_s3fs_style_metadata() {
-    use crate::store::{InMemory, Metadata, RamStore};
-    let store = TestStore::over(
-        RamStore::new(
-            "ram",
-            crate::config::RamConfig {
-                max_list_page_size: 1000,
-                max_total_objects: 1 << 20,
-                max_total_object_space: 1 << 30,
-            },
-        ),
-        "ram",
-    );
+    use crate::store::{InMemory, Metadata};
+    let store = TestStore::ram();
     let s3fs = |mode: u32, uid: u32, gid: u32| -> Metadata {
         [("mode", mode), ("uid", uid), ("gid", gid)]
             .into_iter()

@@ -47,6 +47,22 @@ impl TestStore {
         Self::over(FileStore::new(root.to_path_buf()).expect("file store"), id)
     }
 
+    /// A test store over an empty RAM store (id "ram"): S3's listing semantics and user
+    /// metadata, with room for a million objects.
+    pub fn ram() -> Arc<TestStore> {
+        Self::over(
+            crate::store::RamStore::new(
+                "ram",
+                crate::config::RamConfig {
+                    max_list_page_size: 1000,
+                    max_total_objects: 1 << 20,
+                    max_total_object_space: 1 << 30,
+                },
+            ),
+            "ram",
+        )
+    }
+
     /// A test store forwarding to `inner` (a RAM store, for its listing semantics).
     pub fn over(inner: impl ObjectStore + 'static, id: &str) -> Arc<TestStore> {
         Arc::new(TestStore {

@@ -588,18 +588,19 @@ async fn a_commit_that_landed_without_its_record_leaves_the_recovered_file_clean
     assert_eq!(second.dirty_bytes(), 0);
 }
 
-#[tokio::test]
-async fn a_read_before_the_recovered_commit_finds_the_version_that_landed_unrecorded() {
-    let n = node();
-    let (model, base) = patched_then_killed(&n).await;
+/// `patched_then_killed`, whose commit landed unrecorded, recovered by a second process whose
+/// base check could not reach the store and waits to retry: the recovered file still says its
+/// base is the version that commit replaced. Returns the content, the landed version, the
+/// second process's engine and the file.
+async fn landed_with_the_check_pending(
+    n: &Node,
+) -> (Vec<u8>, ObjectVersion, WriteEngine, Arc<DirtyFile>) {
+    let (model, base) = patched_then_killed(n).await;
     n.a.put("f", Bytes::from(model.clone()))
         .await
         .expect("the killed process's commit");
     let landed = version(&n.a, "f").await;
-    // The background commit's base check cannot reach the store, and waits to retry: the
-    // recovered file still says its base is the version that commit replaced.
     n.a.fail_next_heads("f", 1);
-
     let second = n.engine();
     assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
     let file = second.find("s3:a", "f").expect("recovered");
@@ -608,6 +609,13 @@ async fn a_read_before_the_recovered_commit_finds_the_version_that_landed_unreco
     })
     .await;
     assert_eq!(file.state().base.as_ref().map(|b| &b.etag), Some(&base));
+    (model, landed, second, file)
+}
+
+#[tokio::test]
+async fn a_read_before_the_recovered_commit_finds_the_version_that_landed_unrecorded() {
+    let n = node();
+    let (model, landed, second, file) = landed_with_the_check_pending(&n).await;
     let puts = n.a.calls("put");
 
     // Bytes the file takes from its base: that version is gone, the landed one holds them.
@@ -630,20 +638,7 @@ async fn writes_since_recovery_do_not_hide_a_commit_that_landed_unrecorded() {
     // The descriptor the killed process served is still open: after the takeover its writer
     // appends, and rewrites part of what was recovered, before the base is checked.
     let n = node();
-    let (mut model, _) = patched_then_killed(&n).await;
-    n.a.put("f", Bytes::from(model.clone()))
-        .await
-        .expect("the killed process's commit");
-    let landed = version(&n.a, "f").await;
-    n.a.fail_next_heads("f", 1);
-
-    let second = n.engine();
-    assert_eq!(second.recover_spills(n.a.as_ref(), all_of(&n.a)).await, 1);
-    let file = second.find("s3:a", "f").expect("recovered");
-    until("the background commit's first try failed", || {
-        file.state().failure.is_some()
-    })
-    .await;
+    let (mut model, landed, second, file) = landed_with_the_check_pending(&n).await;
     for (offset, data) in [(1000, pattern(300, 9)), (420, pattern(10, 8))] {
         second
             .write(&file, offset as u64, &data)

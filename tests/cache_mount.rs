@@ -1,4 +1,5 @@
-//! The line cache through real FUSE against a real garage: bytes are right in every storage mode,
+//! The line cache through real FUSE against a real garage: bytes are right in every storage mode
+//! (RAM-over-disk tiers included),
 //! concurrent readers fetch each line once, repeat reads never reach the backend, and a working
 //! set larger than the cache still reads correctly. GET counts come from garage's own metrics.
 
@@ -16,7 +17,8 @@ fn mount_with_cache(garage: &Garage, bucket: &str, storage: &str, lines: u32) ->
     MsfsMount::start(&config, "yaml").expect("mount")
 }
 
-const MODES: [&str; 3] = ["ram", "mapped-file", "per-inode-file"];
+/// `tiered`: a quarter of `cache_lines` more in RAM (the default `cache_ram_lines`).
+const MODES: [&str; 4] = ["ram", "mapped-file", "per-inode-file", "tiered"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_readers_fetch_each_line_once_in_every_storage_mode() {

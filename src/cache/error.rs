@@ -45,6 +45,9 @@ pub enum CacheError {
         source: Box<redb::Error>,
     },
 
+    #[error("cannot start the cache's tier mover thread: {0}")]
+    Mover(#[source] io::Error),
+
     #[error(
         "cache memory of {bytes} bytes ({what}): {source}: lower cache_lines or cache_line_size"
     )]

@@ -132,7 +132,12 @@ impl Fill {
             match outcome {
                 Outcome::Ready => {
                     let name = table.attached_name(self.slot);
-                    (table.fill_succeeded(self.slot), name)
+                    let released = table.fill_succeeded(self.slot);
+                    // A clean RAM line can now be moved down, should RAM be short of room.
+                    if let Some(mover) = &self.shared.mover {
+                        mover.ring_if_needed(&table);
+                    }
+                    (released, name)
                 }
                 Outcome::Failed(_) | Outcome::Abandoned => (table.fill_failed(self.slot), None),
             }

@@ -30,8 +30,9 @@ use super::persist::{self, Check, Persisted};
 use super::stats::{Counters, bump};
 use super::storage::{self, LineStorage};
 use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table};
+use super::tiers;
 use super::{CacheStats, ObjectReader, ObjectVersion};
-use crate::config::CacheConfig;
+use crate::config::{CacheConfig, CacheStorage};
 use crate::private_dir::PrivateDir;
 use crate::store::{ObjectStore, StoreError};
 
@@ -99,6 +100,9 @@ pub(super) struct Shared {
     object_file_lines: AtomicUsize,
     /// The index of a persistent cache, told of every line filled.
     pub(super) persisted: Option<Persisted>,
+    /// `cache_storage: tiered`: the RAM tier's size in lines, and the mover's doorbell.
+    ram_lines: usize,
+    pub(super) mover: Option<tiers::Doorbell>,
 }
 
 impl Shared {
@@ -139,12 +143,22 @@ impl LineCache {
             .ok()
             .filter(|lines| *lines > 0 && *lines < SlotId::MAX as usize)
             .ok_or(geometry("cache_lines must be between 1 and 2^32 - 2"))?;
+        let ram_lines = match config.storage {
+            CacheStorage::Tiered => usize::try_from(config.ram_lines)
+                .ok()
+                .filter(|ram| *ram > 0 && ram.saturating_add(lines) < SlotId::MAX as usize)
+                .ok_or(geometry(
+                    "cache_ram_lines must be at least 1, and cache_ram_lines + cache_lines below \
+                     2^32 - 2",
+                ))?,
+            _ => 0,
+        };
         let parent = config.dir_path.clone().unwrap_or_else(std::env::temp_dir);
         let kept = match config.persistent {
             true => persist::open(&parent, line_size, lines)?,
             false => None,
         };
-        let mut table = Table::new(lines);
+        let mut table = Table::tiered(ram_lines, lines);
         let (dir, storage, persisted) = match kept {
             Some(opened) => {
                 let storage = storage::open_kept(&opened.dir, line_size, lines)?;
@@ -156,7 +170,8 @@ impl LineCache {
             None => {
                 let dir = PrivateDir::create(&parent, "msfs-cache")
                     .map_err(|(path, source)| CacheError::CreateDir { path, source })?;
-                let storage = storage::open(config.storage, dir.path(), line_size, lines)?;
+                let storage =
+                    storage::open(config.storage, dir.path(), line_size, lines, ram_lines)?;
                 (CacheDir::Private(dir), storage, None)
             }
         };
@@ -173,23 +188,32 @@ impl LineCache {
             storage = ?config.storage,
             "line cache ready"
         );
-        Ok(Arc::new(LineCache {
-            shared: Arc::new(Shared {
-                line_size: config.line_size,
-                lines,
-                lines_to_prefetch: config.lines_to_prefetch,
-                run_lines: (READ_AHEAD_RUN_BYTES / config.line_size)
-                    .min(config.lines_to_prefetch / 4)
-                    .max(1),
-                table: Mutex::new(table),
-                counters,
-                prefetch_budget: Arc::new(Semaphore::new(budget as usize)),
-                storage,
-                object_file_lines: AtomicUsize::new(0),
-                persisted,
-            }),
-            dir,
-        }))
+        let mut mover_error = None;
+        let shared = Arc::new_cyclic(|weak| Shared {
+            mover: match ram_lines {
+                0 => None,
+                _ => tiers::start(weak.clone(), line_size)
+                    .map_err(|e| mover_error = Some(e))
+                    .ok(),
+            },
+            ram_lines,
+            line_size: config.line_size,
+            lines,
+            lines_to_prefetch: config.lines_to_prefetch,
+            run_lines: (READ_AHEAD_RUN_BYTES / config.line_size)
+                .min(config.lines_to_prefetch / 4)
+                .max(1),
+            table: Mutex::new(table),
+            counters,
+            prefetch_budget: Arc::new(Semaphore::new(budget as usize)),
+            storage,
+            object_file_lines: AtomicUsize::new(0),
+            persisted,
+        });
+        if let Some(e) = mover_error {
+            return Err(CacheError::Mover(e));
+        }
+        Ok(Arc::new(LineCache { shared, dir }))
     }
 
     /// The directory holding the cache's files: private and removed when the cache is dropped,
@@ -202,25 +226,36 @@ impl LineCache {
         self.shared.line_size
     }
 
-    /// The capacity in lines.
+    /// The capacity in lines (with `cache_storage: tiered`, of both tiers).
     pub fn lines(&self) -> usize {
-        self.shared.lines
+        self.shared.lines + self.shared.ram_lines
     }
 
-    /// The capacity in bytes: `cache_line_size × cache_lines`.
+    /// The capacity in bytes: `cache_line_size × cache_lines` (`+ cache_ram_lines`).
     pub fn capacity_bytes(&self) -> u64 {
-        self.shared
-            .line_size
-            .saturating_mul(self.shared.lines as u64)
+        self.shared.line_size.saturating_mul(self.lines() as u64)
     }
 
     pub fn stats(&self) -> CacheStats {
+        let (resident, (ram_resident, ram_hits)) = {
+            let table = self.shared.table();
+            (table.resident(), table.ram_usage())
+        };
         CacheStats {
-            lines_resident: self.shared.table().resident() as u64,
+            lines_resident: resident as u64,
             lines_capacity: self.lines() as u64,
             line_size: self.line_size(),
+            ram_hits,
+            ram_lines_resident: ram_resident as u64,
+            ram_lines_capacity: self.shared.ram_lines as u64,
             ..self.shared.counters.snapshot()
         }
+    }
+
+    /// Main-tier lines move up as soon as they are read again, not a second later (tests).
+    #[cfg(test)]
+    pub(super) fn promote_at_once(&self) {
+        self.shared.table().promote_at_once();
     }
 
     /// Drops every line of `key` in the store with cache scope `store_id` (its
@@ -377,6 +412,9 @@ impl LineCache {
                     let line_range = shared.line_range(object.size, line);
                     fetches.push((claimed.slot, placement, tx, line_range, Some(permit)));
                 }
+            }
+            if let Some(mover) = &shared.mover {
+                mover.ring_if_needed(&table);
             }
         }
         let counters = &shared.counters;

@@ -18,6 +18,9 @@ mod storage;
 mod table;
 #[cfg(test)]
 mod tests;
+mod tiers;
+#[cfg(test)]
+mod tiers_tests;
 
 pub use crate::telemetry::CacheStats;
 pub use error::CacheError;

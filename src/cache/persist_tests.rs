@@ -19,6 +19,7 @@ fn persistent_config(parent: &Path, lines: u64) -> CacheConfig {
         storage: CacheStorage::MappedFile,
         line_size: LINE,
         lines,
+        ram_lines: 0,
         lines_to_prefetch: 0,
         dir_path: Some(parent.to_path_buf()),
         persistent: true,

@@ -22,6 +22,11 @@ pub(super) struct Counters {
     pub lines_restored: AtomicU64,
     /// Restored lines whose bytes failed their checksum at first read.
     pub lines_rejected: AtomicU64,
+    /// `cache_storage: tiered`: lines moved up to RAM, down to disk, and moves abandoned (the
+    /// line changed or went meanwhile, or no room).
+    pub promotions: AtomicU64,
+    pub demotions: AtomicU64,
+    pub migrations_abandoned: AtomicU64,
 }
 
 /// Adds `n` to a counter. Relaxed: counters order nothing, they are only summed.
@@ -45,6 +50,9 @@ impl Counters {
             bytes_from_backend: get(&self.bytes_from_backend),
             lines_restored: get(&self.lines_restored),
             lines_rejected: get(&self.lines_rejected),
+            promotions: get(&self.promotions),
+            demotions: get(&self.demotions),
+            migrations_abandoned: get(&self.migrations_abandoned),
             ..CacheStats::default()
         }
     }

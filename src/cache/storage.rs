@@ -65,14 +65,21 @@ pub(super) trait LineStorage: Send + Sync + 'static {
     }
 }
 
-/// Opens the storage for `mode` in the private directory `dir`.
+/// Opens the storage for `mode` in the private directory `dir`: `lines` slots, and with
+/// `Tiered` `ram_lines` more in RAM before them (slots `0..ram_lines`).
 pub(super) fn open(
     mode: CacheStorage,
     dir: &Path,
     line_size: usize,
     lines: usize,
+    ram_lines: usize,
 ) -> Result<Arc<dyn LineStorage>, CacheError> {
     Ok(match mode {
+        CacheStorage::Tiered => Arc::new(TieredLines {
+            ram: MappedLines::anonymous(line_size, ram_lines)?,
+            disk: MappedLines::file(&dir.join("lines"), line_size, lines, FileOrigin::New)?,
+            ram_lines,
+        }),
         CacheStorage::Ram => Arc::new(MappedLines::anonymous(line_size, lines)?),
         CacheStorage::MappedFile => Arc::new(MappedLines::file(
             &dir.join("lines"),
@@ -101,6 +108,51 @@ pub(super) fn open_kept(
         lines,
         FileOrigin::Kept,
     )?))
+}
+
+/// `cache_storage: tiered`: slots below `ram_lines` in anonymous memory, the rest in one
+/// mapped file (slot `ram_lines + i` is its line `i`). Which line is in which tier, and moving
+/// lines between them, is the slot table's and `tiers`'s business; this only routes bytes.
+struct TieredLines {
+    ram: MappedLines,
+    disk: MappedLines,
+    ram_lines: usize,
+}
+
+impl TieredLines {
+    fn route(&self, at: &Placement) -> (&MappedLines, Placement) {
+        match at.slot.checked_sub(self.ram_lines) {
+            None => (&self.ram, *at),
+            Some(slot) => (&self.disk, Placement { slot, ..*at }),
+        }
+    }
+}
+
+impl LineStorage for TieredLines {
+    fn write_at(&self, at: &Placement, offset: usize, data: &[u8]) -> io::Result<()> {
+        let (tier, at) = self.route(at);
+        tier.write_at(&at, offset, data)
+    }
+
+    fn read(&self, at: &Placement, offset: usize, buf: &mut [u8]) -> io::Result<()> {
+        let (tier, at) = self.route(at);
+        tier.read(&at, offset, buf)
+    }
+
+    fn release(&self, at: &Placement) {
+        let (tier, at) = self.route(at);
+        tier.release(&at);
+    }
+
+    fn inline_limit(&self) -> usize {
+        // The lower of the two: a read does not know its tier before it is routed.
+        self.ram.inline_limit().min(self.disk.inline_limit())
+    }
+
+    fn address(&self, at: &Placement, offset: usize, len: usize) -> Option<io::Result<*const u8>> {
+        let (tier, at) = self.route(at);
+        tier.address(&at, offset, len)
+    }
 }
 
 /// Whether a line file is made for this process or kept from an earlier one.

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -20,6 +21,13 @@ use crate::store::StoreError;
 
 pub(super) type SlotId = u32;
 const NIL: SlotId = SlotId::MAX;
+
+/// A main-tier line read again at least this long after it arrived moves up to RAM: the reads
+/// that follow a fetch (the stream that asked for it) are not a second use.
+const PROMOTE_AFTER: Duration = Duration::from_secs(1);
+/// The mover keeps at least this share (1/N, at least one slot) of the RAM tier free, so that
+/// new lines land in RAM without waiting for a demotion.
+const RAM_RESERVE_DIVISOR: usize = 8;
 
 /// How a line's fill ended, as seen by the readers waiting on it.
 #[derive(Debug, Clone)]
@@ -64,6 +72,32 @@ enum Phase {
     Inbound(Flight),
     Ready,
     Failed,
+    /// The destination of a line moving between tiers (`begin_migration`): written by that
+    /// migration alone, found by nobody until it commits.
+    Reserved,
+}
+
+/// With `cache_storage: tiered`, slots `0..ram_slots` are the RAM tier and the rest the main
+/// (disk) tier; without, every slot is main. Indexes the per-tier lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tier {
+    Main = 0,
+    Ram = 1,
+}
+
+/// A line moving between tiers: optimistic, in the Mux paper's spirit. The source stays
+/// readable (pinned, so neither evicted nor reused) while its bytes are copied into a reserved
+/// destination; the move commits only if the source still holds the same line then
+/// ([`Table::finish_migration`]), and is abandoned otherwise. Readers that pinned the source
+/// before the commit keep reading it; nobody ever sees a half-copied destination.
+#[derive(Debug)]
+pub(super) struct Migration {
+    pub src: SlotId,
+    pub from: Placement,
+    pub dst: SlotId,
+    pub to: Placement,
+    /// A main-tier line dropped to make room for a demotion.
+    pub evicted: Option<Placement>,
 }
 
 /// The full name of one cached object version.
@@ -84,6 +118,10 @@ struct Slot {
     /// has checked yet (see `persist`): a reader checks them before serving them.
     unverified: Option<Check>,
     in_lru: bool,
+    /// When the line became clean in this slot (fetched, restored or moved here).
+    ready_at: Instant,
+    /// Queued to move up to RAM (`take_promotions`).
+    queued: bool,
     /// Towards the most recently used end.
     newer: SlotId,
     /// Towards the least recently used end.
@@ -119,11 +157,19 @@ pub(super) struct Claimed {
 #[derive(Debug)]
 pub(super) struct Table {
     slots: Vec<Slot>,
-    free: Vec<SlotId>,
-    /// Most recently used end of the LRU list.
-    newest: SlotId,
-    /// Least recently used end: the next eviction.
-    oldest: SlotId,
+    /// Free slots, per tier.
+    free: [Vec<SlotId>; 2],
+    /// Most recently used end of each tier's LRU list.
+    newest: [SlotId; 2],
+    /// Least recently used end: the tier's next eviction (or, in RAM, demotion).
+    oldest: [SlotId; 2],
+    /// Slots `0..ram_slots` are the RAM tier.
+    ram_slots: usize,
+    /// Main-tier lines read again at least `promote_after` after they got there, to move up.
+    promotions: Vec<(SlotId, Placement)>,
+    promote_after: Duration,
+    /// Lookups that found their line clean in the RAM tier.
+    ram_hits: u64,
     catalog: HashMap<String, HashMap<String, Versions>>,
     next_object: u64,
     next_tenant: u64,
@@ -131,7 +177,15 @@ pub(super) struct Table {
 
 impl Table {
     /// A table of `lines` free slots; `lines` must be below `u32::MAX`.
+    #[cfg(test)]
     pub fn new(lines: usize) -> Table {
+        Table::tiered(0, lines)
+    }
+
+    /// A table of `ram` RAM-tier slots (`0..ram`) over `main` main-tier ones; `ram + main`
+    /// must be below `u32::MAX`.
+    pub fn tiered(ram: usize, main: usize) -> Table {
+        let lines = ram + main;
         let slots = (0..lines)
             .map(|_| Slot {
                 phase: Phase::Free,
@@ -140,25 +194,50 @@ impl Table {
                 detached: false,
                 unverified: None,
                 in_lru: false,
+                ready_at: Instant::now(),
+                queued: false,
                 newer: NIL,
                 older: NIL,
             })
             .collect();
         Table {
             slots,
-            // Reversed so that slots are handed out from 0 up.
-            free: (0..lines as SlotId).rev().collect(),
-            newest: NIL,
-            oldest: NIL,
+            // Reversed so that slots are handed out from the lowest up.
+            free: [
+                (ram as SlotId..lines as SlotId).rev().collect(),
+                (0..ram as SlotId).rev().collect(),
+            ],
+            newest: [NIL; 2],
+            oldest: [NIL; 2],
+            ram_slots: ram,
+            promotions: Vec::new(),
+            promote_after: PROMOTE_AFTER,
+            ram_hits: 0,
             catalog: HashMap::new(),
             next_object: 0,
             next_tenant: 0,
         }
     }
 
+    fn tier(&self, id: SlotId) -> Tier {
+        if (id as usize) < self.ram_slots {
+            Tier::Ram
+        } else {
+            Tier::Main
+        }
+    }
+
     /// Slots holding a line in any phase (not on the free list).
     pub fn resident(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.len() - self.free[0].len() - self.free[1].len()
+    }
+
+    /// RAM-tier slots holding a line, and lookups that found their line clean there.
+    pub fn ram_usage(&self) -> (usize, u64) {
+        (
+            self.ram_slots - self.free[Tier::Ram as usize].len(),
+            self.ram_hits,
+        )
     }
 
     fn find(&self, store: &str, key: &str, etag: &str, line: u64) -> Option<SlotId> {
@@ -184,8 +263,11 @@ impl Table {
             },
             Phase::Inbound(flight) => Pinned::Inbound(placement, flight.clone()),
             // The catalog only points at ready or inbound slots.
-            Phase::Free | Phase::Failed => return None,
+            Phase::Free | Phase::Failed | Phase::Reserved => return None,
         };
+        if matches!(pinned, Pinned::Ready(_)) && self.ram_slots > 0 {
+            self.note_reuse(id, placement);
+        }
         self.lru_remove(id);
         self.slots[id as usize].pins += 1;
         Some(pinned)
@@ -241,16 +323,28 @@ impl Table {
         }
     }
 
-    /// A slot for a new line: a free one, or else the least recently used clean line, evicted.
-    /// `None` when every slot is inbound or pinned.
+    /// A slot for a new line: a free RAM-tier one (new lines land in RAM; the mover keeps a
+    /// few free, see `demotion_wanted`), else a free main-tier one, or else the main tier's
+    /// least recently used clean line, evicted. `None` when every main slot is inbound or
+    /// pinned.
     pub fn claim(&mut self) -> Option<Claimed> {
-        if let Some(slot) = self.free.pop() {
+        if let Some(slot) = self.free[Tier::Ram as usize].pop() {
             return Some(Claimed {
                 slot,
                 evicted: None,
             });
         }
-        let victim = self.oldest;
+        self.claim_in(Tier::Main)
+    }
+
+    fn claim_in(&mut self, tier: Tier) -> Option<Claimed> {
+        if let Some(slot) = self.free[tier as usize].pop() {
+            return Some(Claimed {
+                slot,
+                evicted: None,
+            });
+        }
+        let victim = self.oldest[tier as usize];
         if victim == NIL {
             return None;
         }
@@ -258,11 +352,161 @@ impl Table {
         self.detach(victim);
         let slot = &mut self.slots[victim as usize];
         slot.phase = Phase::Free;
+        slot.queued = false;
         let evicted = slot.owner.take().map(|(_, placement)| placement);
         Some(Claimed {
             slot: victim,
             evicted,
         })
+    }
+
+    /// A pin found `id` clean: a hit in RAM, or, in the main tier, a line read again
+    /// `promote_after` after it arrived, queued to move up.
+    fn note_reuse(&mut self, id: SlotId, placement: Placement) {
+        if self.tier(id) == Tier::Ram {
+            self.ram_hits += 1;
+            return;
+        }
+        let slot = &mut self.slots[id as usize];
+        if !slot.queued
+            && slot.unverified.is_none()
+            && slot.ready_at.elapsed() >= self.promote_after
+        {
+            slot.queued = true;
+            self.promotions.push((id, placement));
+        }
+    }
+
+    /// The lines queued to move up to RAM, oldest request first.
+    pub fn take_promotions(&mut self) -> Vec<(SlotId, Placement)> {
+        std::mem::take(&mut self.promotions)
+    }
+
+    /// Lines move up as soon as they are read again (tests).
+    #[cfg(test)]
+    pub fn promote_at_once(&mut self) {
+        self.promote_after = Duration::ZERO;
+    }
+
+    /// Whether the RAM tier is short of free slots for new lines and has a clean line to move
+    /// down.
+    pub fn demotion_wanted(&self) -> bool {
+        let reserve = (self.ram_slots / RAM_RESERVE_DIVISOR).max(1);
+        self.ram_slots > 0
+            && self.free[Tier::Ram as usize].len() < reserve
+            && self.oldest[Tier::Ram as usize] != NIL
+    }
+
+    /// Whether the mover has anything to do.
+    pub fn mover_has_work(&self) -> bool {
+        !self.promotions.is_empty() || self.demotion_wanted()
+    }
+
+    /// Whether the RAM tier has a free slot.
+    pub fn ram_has_room(&self) -> bool {
+        !self.free[Tier::Ram as usize].is_empty()
+    }
+
+    /// Starts moving the RAM tier's least recently used clean line down to the main tier
+    /// (evicting the main tier's least recently used line if it has no free slot).
+    pub fn begin_demotion(&mut self) -> Option<Migration> {
+        let victim = self.oldest[Tier::Ram as usize];
+        if victim == NIL {
+            return None;
+        }
+        let from = self.placement(victim);
+        self.begin_migration(victim, from, Tier::Main)
+    }
+
+    /// Starts moving queued line `src` (if it still holds `from`) up to a free RAM slot.
+    pub fn begin_promotion(&mut self, src: SlotId, from: Placement) -> Option<Migration> {
+        let slot = &mut self.slots[src as usize];
+        if slot.owner.as_ref().map(|(_, p)| *p) != Some(from) {
+            return None; // evicted, and perhaps reused, since it was queued
+        }
+        slot.queued = false;
+        self.begin_migration(src, from, Tier::Ram)
+    }
+
+    fn begin_migration(&mut self, src: SlotId, from: Placement, to: Tier) -> Option<Migration> {
+        let slot = &self.slots[src as usize];
+        let movable = !slot.detached
+            && matches!(slot.phase, Phase::Ready)
+            && slot.unverified.is_none()
+            && slot.owner.as_ref().map(|(_, p)| *p) == Some(from)
+            && self.tier(src) != to;
+        if !movable {
+            return None;
+        }
+        let claimed = match to {
+            Tier::Main => self.claim_in(Tier::Main)?,
+            // RAM is never evicted to make room: its lines are moved down first.
+            Tier::Ram => Claimed {
+                slot: self.free[Tier::Ram as usize].pop()?,
+                evicted: None,
+            },
+        };
+        self.lru_remove(src);
+        self.slots[src as usize].pins += 1;
+        let to_placement = Placement {
+            slot: claimed.slot as usize,
+            tenant: self.next_tenant,
+            ..from
+        };
+        self.next_tenant += 1;
+        self.slots[claimed.slot as usize].phase = Phase::Reserved;
+        Some(Migration {
+            src,
+            from,
+            dst: claimed.slot,
+            to: to_placement,
+            evicted: claimed.evicted,
+        })
+    }
+
+    /// Ends a migration whose copy succeeded (`copied`) or not. It commits only if the source
+    /// still holds the same line (not invalidated meanwhile): the catalog then points at the
+    /// destination, and the source is freed once its last reader is gone. Returns whether it
+    /// committed, and placements to release.
+    pub fn finish_migration(&mut self, m: &Migration, copied: bool) -> (bool, Vec<Placement>) {
+        let src = &self.slots[m.src as usize];
+        let name = match &src.owner {
+            Some((name, placement)) if copied && !src.detached && *placement == m.from => {
+                Some(Arc::clone(name))
+            }
+            _ => None,
+        };
+        let mut released = Vec::new();
+        let Some(name) = name else {
+            let dst = &mut self.slots[m.dst as usize];
+            dst.phase = Phase::Free;
+            let tier = self.tier(m.dst);
+            self.free[tier as usize].push(m.dst);
+            released.push(m.to);
+            released.extend(self.unpin(m.src));
+            return (false, released);
+        };
+        if let Some(object) = self
+            .catalog
+            .get_mut(&name.store)
+            .and_then(|keys| keys.get_mut(&name.key))
+            .and_then(|versions| versions.get_mut(&name.etag))
+        {
+            object.lines.insert(m.from.line, m.dst);
+        }
+        let dst = &mut self.slots[m.dst as usize];
+        dst.phase = Phase::Ready;
+        dst.owner = Some((name, m.to));
+        dst.pins = 0;
+        dst.detached = false;
+        dst.unverified = None;
+        dst.queued = false;
+        dst.ready_at = Instant::now();
+        self.lru_push(m.dst);
+        // Out of the catalog already (it points at the destination): not `detach`.
+        self.slots[m.src as usize].detached = true;
+        released.extend(self.unpin(m.src));
+        (true, released)
     }
 
     /// Gives a claimed slot to line `line` of (`store`, `key`, `etag`) as inbound, with `pins`
@@ -345,8 +589,9 @@ impl Table {
             restored += 1;
         }
         let slots = &self.slots;
-        self.free
-            .retain(|&id| matches!(slots[id as usize].phase, Phase::Free));
+        for free in &mut self.free {
+            free.retain(|&id| matches!(slots[id as usize].phase, Phase::Free));
+        }
         restored
     }
 
@@ -378,6 +623,7 @@ impl Table {
     pub fn fill_succeeded(&mut self, id: SlotId) -> Option<Placement> {
         let slot = &mut self.slots[id as usize];
         slot.phase = Phase::Ready;
+        slot.ready_at = Instant::now();
         match (slot.pins, slot.detached) {
             (0, false) => {
                 self.lru_push(id);
@@ -471,24 +717,27 @@ impl Table {
         slot.phase = Phase::Free;
         slot.detached = false;
         slot.unverified = None;
+        slot.queued = false;
         let released = slot.owner.take().map(|(_, placement)| placement);
-        self.free.push(id);
+        let tier = self.tier(id);
+        self.free[tier as usize].push(id);
         released
     }
 
     fn lru_push(&mut self, id: SlotId) {
-        let old_newest = self.newest;
+        let tier = self.tier(id) as usize;
+        let old_newest = self.newest[tier];
         let slot = &mut self.slots[id as usize];
         debug_assert!(!slot.in_lru);
         slot.in_lru = true;
         slot.older = old_newest;
         slot.newer = NIL;
         if old_newest == NIL {
-            self.oldest = id;
+            self.oldest[tier] = id;
         } else {
             self.slots[old_newest as usize].newer = id;
         }
-        self.newest = id;
+        self.newest[tier] = id;
     }
 
     fn lru_remove(&mut self, id: SlotId) {
@@ -500,13 +749,14 @@ impl Table {
         let (newer, older) = (slot.newer, slot.older);
         slot.newer = NIL;
         slot.older = NIL;
+        let tier = self.tier(id) as usize;
         if newer == NIL {
-            self.newest = older;
+            self.newest[tier] = older;
         } else {
             self.slots[newer as usize].older = older;
         }
         if older == NIL {
-            self.oldest = newer;
+            self.oldest[tier] = newer;
         } else {
             self.slots[older as usize].newer = newer;
         }
@@ -566,6 +816,50 @@ mod tests {
         assert_eq!(table.resident(), 1);
         assert!(table.unpin(id).is_some());
         assert_eq!(table.resident(), 0);
+    }
+
+    #[test]
+    fn a_move_commits_only_if_its_line_stayed_and_readers_of_the_old_slot_keep_it() {
+        let mut table = Table::tiered(1, 2);
+        let id = fill(&mut table, 0);
+        assert_eq!(table.tier(id), Tier::Ram, "new lines land in RAM");
+        assert!(table.demotion_wanted(), "RAM has no free slot left");
+        let m = table.begin_demotion().expect("a clean RAM line");
+        assert_eq!(table.tier(m.dst), Tier::Main);
+        // A reader during the copy finds the source.
+        let Some(Pinned::Ready(during)) = table.pin("s", "k", "e", 0) else {
+            panic!("clean");
+        };
+        assert_eq!(during.slot, id as usize);
+        let (committed, released) = table.finish_migration(&m, true);
+        assert!(
+            committed && released.is_empty(),
+            "the reader still holds the source"
+        );
+        let Some(Pinned::Ready(after)) = table.pin("s", "k", "e", 0) else {
+            panic!("clean");
+        };
+        assert_eq!(after.slot, m.dst as usize, "found at its new place");
+        assert_eq!(
+            table.unpin(id).map(|p| p.slot),
+            Some(id as usize),
+            "freed by its reader"
+        );
+        assert!(table.ram_has_room());
+        table.unpin(m.dst);
+
+        // Read again: queued to move up; invalidated during the copy: abandoned, both freed.
+        table.promote_at_once();
+        table.pin("s", "k", "e", 0).expect("present");
+        table.unpin(m.dst);
+        let (src, from) = table.take_promotions().pop().expect("queued");
+        let up = table.begin_promotion(src, from).expect("room in RAM");
+        table.invalidate("s", "k");
+        let (committed, released) = table.finish_migration(&up, true);
+        assert!(!committed);
+        assert_eq!(released.len(), 2, "the destination and the source");
+        assert_eq!(table.resident(), 0);
+        assert!(!table.contains("s", "k", "e", 0));
     }
 
     #[test]

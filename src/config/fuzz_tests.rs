@@ -54,6 +54,7 @@ const TOP_KEYS: &[&str] = &[
     "mapped_cache",
     "cache_line_size",
     "cache_lines",
+    "cache_ram_lines",
     "cache_lines_to_prefetch",
     "cache_dir_path",
     "cache_persistent",

@@ -39,6 +39,7 @@ pub(super) struct V1 {
     pub mapped_cache: Option<Flag>,
     pub cache_line_size: Option<Whole<u64>>,
     pub cache_lines: Option<Whole<u64>>,
+    pub cache_ram_lines: Option<Whole<u64>>,
     pub cache_lines_to_prefetch: Option<Whole<u64>>,
     pub cache_dir_path: Option<Text>,
     pub cache_persistent: Option<Flag>,

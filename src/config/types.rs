@@ -77,8 +77,10 @@ pub struct CacheConfig {
     pub storage: CacheStorage,
     /// Fetch and residency granularity in bytes.
     pub line_size: u64,
-    /// Number of lines; capacity is `line_size * lines`.
+    /// Number of lines; capacity is `line_size * lines` (with `Tiered`: the disk tier's).
     pub lines: u64,
+    /// With `Tiered`: lines of the RAM tier, above `lines` on disk; 0 otherwise.
+    pub ram_lines: u64,
     /// Lines read ahead after a miss.
     pub lines_to_prefetch: u64,
     /// Parent of the mount's private cache directory; `None` means the system temp dir.
@@ -99,6 +101,10 @@ pub enum CacheStorage {
     MappedFile,
     /// One sparse file per inode, read with `pread`.
     PerInodeFile,
+    /// A RAM tier (`ram_lines`, anonymous memory) over a disk tier (`lines`, one mapped file):
+    /// new lines land on disk, a line read again moves up to RAM, and a line RAM evicts moves
+    /// down to disk (`cache::tiers`).
+    Tiered,
 }
 
 /// One bucket (or bucket prefix, or local directory) shown as a directory under the mountpoint.

@@ -74,6 +74,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
             storage: CacheStorage::MappedFile,
             line_size: d::CACHE_LINE_SIZE,
             lines: d::CACHE_LINES,
+            ram_lines: 0,
             lines_to_prefetch: d::CACHE_LINES_TO_PREFETCH,
             dir_path: None,
             persistent: false,
@@ -285,6 +286,7 @@ fn storage_name(storage: CacheStorage) -> &'static str {
         CacheStorage::Ram => "ram",
         CacheStorage::MappedFile => "mapped-file",
         CacheStorage::PerInodeFile => "per-inode-file",
+        CacheStorage::Tiered => "tiered",
     }
 }
 
@@ -301,6 +303,7 @@ fn parse_storage(
             CacheStorage::Ram,
             CacheStorage::MappedFile,
             CacheStorage::PerInodeFile,
+            CacheStorage::Tiered,
         ]
         .into_iter()
         .find(|st| storage_name(*st) == text.trim())
@@ -308,7 +311,8 @@ fn parse_storage(
             s.invalid(
                 "cache_storage",
                 format!(
-                    "unknown cache_storage {text:?}; expected ram, mapped-file or per-inode-file"
+                    "unknown cache_storage {text:?}; expected ram, mapped-file, per-inode-file \
+                     or tiered"
                 ),
             )
         })?;
@@ -382,6 +386,7 @@ fn parse_cache(
             format!("must be less than cache_lines ({lines})"),
         ));
     }
+    let ram_lines = parse_ram_lines(s, raw, storage, lines, warnings)?;
     let dir_path = s.text_or("cache_dir_path", raw.cache_dir_path.take(), "")?;
     if !dir_path.is_empty() {
         check_absolute(s, "cache_dir_path", &dir_path)?;
@@ -408,11 +413,50 @@ fn parse_cache(
         storage,
         line_size,
         lines,
+        ram_lines,
         lines_to_prefetch,
         dir_path: (!dir_path.is_empty()).then(|| PathBuf::from(dir_path)),
         persistent,
         write_cache_promotion: raw.write_cache_promotion.value_or(d::WRITE_CACHE_PROMOTION),
     })
+}
+
+/// `cache_ram_lines`: the RAM tier of `cache_storage: tiered` (default: a quarter of
+/// `cache_lines`, at least one line); ignored, with a warning, by the other storage modes.
+fn parse_ram_lines(
+    s: &Place<'_>,
+    raw: &mut raw::V1,
+    storage: CacheStorage,
+    lines: u64,
+    warnings: &mut Vec<String>,
+) -> Result<u64, ConfigError> {
+    let given = raw.cache_ram_lines.value();
+    if storage != CacheStorage::Tiered {
+        if given.is_some() {
+            warnings.push(s.warning(
+                "cache_ram_lines",
+                &format!(
+                    "ignored: only cache_storage: tiered has a RAM tier (cache_storage is {})",
+                    storage_name(storage)
+                ),
+            ));
+        }
+        return Ok(0);
+    }
+    let ram_lines = given.unwrap_or((lines / 4).max(1));
+    if ram_lines == 0 {
+        return Err(s.invalid(
+            "cache_ram_lines",
+            "must be at least 1 with cache_storage: tiered",
+        ));
+    }
+    if ram_lines.saturating_add(lines) >= u64::from(u32::MAX - 1) {
+        return Err(s.invalid(
+            "cache_ram_lines",
+            "cache_ram_lines + cache_lines must be below 2^32 - 2",
+        ));
+    }
+    Ok(ram_lines)
 }
 
 fn is_aistore(b: &BackendConfig) -> bool {

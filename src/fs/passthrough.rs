@@ -282,6 +282,7 @@ mod tests {
             storage: CacheStorage::PerInodeFile,
             line_size: 4096,
             lines: 64,
+            ram_lines: 0,
             lines_to_prefetch: 0,
             dir_path: Some(dir.to_path_buf()),
             persistent: false,

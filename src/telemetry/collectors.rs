@@ -45,6 +45,17 @@ pub struct CacheStats {
     pub lines_restored: u64,
     /// Restored lines whose bytes failed their checksum at first read, and were fetched again.
     pub lines_rejected: u64,
+    /// `cache_storage: tiered`: lookups that found their line clean in the RAM tier (the main
+    /// tier's hits are `hits` minus these).
+    pub ram_hits: u64,
+    /// Lines moved up to the RAM tier, down to the disk tier, and moves abandoned.
+    pub promotions: u64,
+    pub demotions: u64,
+    pub migrations_abandoned: u64,
+    /// RAM-tier slots holding a line, and the RAM tier's size in lines (0 untiered); of
+    /// `lines_resident` and `lines_capacity`, the rest is the disk tier's.
+    pub ram_lines_resident: u64,
+    pub ram_lines_capacity: u64,
     /// Slots holding a line (clean, being fetched, or draining its last readers); at most
     /// `lines_capacity`.
     pub lines_resident: u64,
@@ -57,7 +68,7 @@ pub struct CacheStats {
 /// A cache's counters and occupancy, from [`CacheStatsSource::cache_stats`] at every collection.
 pub(crate) fn observe_cache(meter: &Meter, cache: Arc<dyn CacheStatsSource>) -> Vec<Registration> {
     type Stat = fn(&CacheStats) -> u64;
-    let counters: [(&'static str, &'static str, Stat); 11] = [
+    let counters: [(&'static str, &'static str, Stat); 15] = [
         (names::CACHE_HITS, "Cache lines found clean", |s| s.hits),
         (
             names::CACHE_MISSES,
@@ -107,8 +118,28 @@ pub(crate) fn observe_cache(meter: &Meter, cache: Arc<dyn CacheStatsSource>) -> 
             "Restored cache lines that failed their checksum and were fetched again",
             |s| s.lines_rejected,
         ),
+        (
+            names::CACHE_RAM_HITS,
+            "Cache lines found clean in the RAM tier (cache_storage: tiered)",
+            |s| s.ram_hits,
+        ),
+        (
+            names::CACHE_PROMOTIONS,
+            "Cache lines moved up from the disk tier to the RAM tier",
+            |s| s.promotions,
+        ),
+        (
+            names::CACHE_DEMOTIONS,
+            "Cache lines moved down from the RAM tier to the disk tier instead of dropped",
+            |s| s.demotions,
+        ),
+        (
+            names::CACHE_MIGRATIONS_ABANDONED,
+            "Moves between cache tiers given up (the line changed or went, or no room)",
+            |s| s.migrations_abandoned,
+        ),
     ];
-    let gauges: [(&'static str, &'static str, Stat); 4] = [
+    let gauges: [(&'static str, &'static str, Stat); 6] = [
         (
             names::CACHE_LINES_RESIDENT,
             "Lines holding data (clean, being fetched or draining)",
@@ -127,6 +158,16 @@ pub(crate) fn observe_cache(meter: &Meter, cache: Arc<dyn CacheStatsSource>) -> 
         (names::CACHE_LINE_SIZE_BYTES, "Bytes per cache line", |s| {
             s.line_size
         }),
+        (
+            names::CACHE_RAM_LINES_RESIDENT,
+            "Lines held by the RAM tier (of msfs.cache.lines_resident)",
+            |s| s.ram_lines_resident,
+        ),
+        (
+            names::CACHE_RAM_LINES_CAPACITY,
+            "Lines the RAM tier may hold (of msfs.cache.lines_capacity; 0 untiered)",
+            |s| s.ram_lines_capacity,
+        ),
     ];
     let mut kept: Vec<Registration> = Vec::new();
     for (name, help, read) in counters {

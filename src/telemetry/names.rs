@@ -25,6 +25,13 @@ pub const CACHE_LINES_RESIDENT: &str = "msfs.cache.lines_resident";
 pub const CACHE_LINES_CAPACITY: &str = "msfs.cache.lines_capacity";
 /// Unit `By`: `msfs_cache_line_size_bytes` in Prometheus.
 pub const CACHE_LINE_SIZE_BYTES: &str = "msfs.cache.line_size";
+// `cache_storage: tiered`.
+pub const CACHE_RAM_HITS: &str = "msfs.cache.ram.hits";
+pub const CACHE_PROMOTIONS: &str = "msfs.cache.promotions";
+pub const CACHE_DEMOTIONS: &str = "msfs.cache.demotions";
+pub const CACHE_MIGRATIONS_ABANDONED: &str = "msfs.cache.migrations_abandoned";
+pub const CACHE_RAM_LINES_RESIDENT: &str = "msfs.cache.ram.lines_resident";
+pub const CACHE_RAM_LINES_CAPACITY: &str = "msfs.cache.ram.lines_capacity";
 
 // What applications read and write.
 pub const IO_BYTES_READ: &str = "msfs.io.bytes_read";
@@ -85,6 +92,12 @@ pub const UNITS: &[(&str, &str)] = &[
     (CACHE_LINES_RESIDENT, ""),
     (CACHE_LINES_CAPACITY, ""),
     (CACHE_LINE_SIZE_BYTES, UNIT_BYTES),
+    (CACHE_RAM_HITS, ""),
+    (CACHE_PROMOTIONS, ""),
+    (CACHE_DEMOTIONS, ""),
+    (CACHE_MIGRATIONS_ABANDONED, ""),
+    (CACHE_RAM_LINES_RESIDENT, ""),
+    (CACHE_RAM_LINES_CAPACITY, ""),
     (IO_BYTES_READ, UNIT_BYTES),
     (IO_READ_OPERATIONS, ""),
     (IO_BYTES_WRITTEN, UNIT_BYTES),

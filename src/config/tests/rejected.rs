@@ -234,3 +234,22 @@ fn warm_entries_stay_below_the_backend_root() {
          \"/\") (got \"/abs\")"
     );
 }
+
+#[test]
+fn a_tiered_cache_needs_a_ram_line_and_keeps_nothing_across_restarts() {
+    assert_eq!(
+        error(
+            "c.yaml",
+            "msfs_version: 1\ncache_storage: tiered\ncache_ram_lines: 0\n"
+        ),
+        "c.yaml: cache_ram_lines: must be at least 1 with cache_storage: tiered"
+    );
+    assert_eq!(
+        error(
+            "c.yaml",
+            "msfs_version: 1\ncache_storage: tiered\ncache_persistent: true\ncache_dir_path: /c\n"
+        ),
+        "c.yaml: cache_persistent: needs cache_storage: mapped-file (lines kept across restarts \
+         live in one file); cache_storage is tiered"
+    );
+}

@@ -81,3 +81,37 @@ fn yaml_merge_keys_are_applied() {
         vec!["c.yaml: x-common: unknown key, ignored"]
     );
 }
+
+#[test]
+fn tiered_storage_takes_a_ram_tier_on_top_of_cache_lines() {
+    let tiers = |keys: &str| {
+        let text = format!(
+            "msfs_version: 1\ncache_lines: 64\n{keys}\nbackends: [{{dir_name: r, backend_type: RAM}}]\n"
+        );
+        let loaded = parse("c.yaml", &text);
+        let cache = &loaded.config.cache;
+        (cache.storage, cache.lines, cache.ram_lines, loaded.warnings)
+    };
+    assert_eq!(
+        tiers("cache_storage: tiered"),
+        (CacheStorage::Tiered, 64, 16, vec![]),
+        "a quarter of cache_lines by default"
+    );
+    assert_eq!(
+        tiers("cache_storage: tiered\ncache_ram_lines: 8"),
+        (CacheStorage::Tiered, 64, 8, vec![])
+    );
+    assert_eq!(
+        tiers("cache_ram_lines: 8"),
+        (
+            CacheStorage::MappedFile,
+            64,
+            0,
+            vec![
+                "c.yaml: cache_ram_lines: ignored: only cache_storage: tiered has a RAM tier \
+                 (cache_storage is mapped-file)"
+                    .to_string()
+            ]
+        )
+    );
+}

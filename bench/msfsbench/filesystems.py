@@ -283,6 +283,20 @@ class MsfsPosix(Msfs):
         return {**settings, "backend": {**settings["backend"], "posix_metadata": True}}
 
 
+class MsfsTiered(Msfs):
+    """msfs with `cache_storage: tiered` (off by default): the same capacity, a quarter of it a
+    RAM tier over a disk tier of the rest (issue #22). Beside `msfs`, what moving lines between
+    the tiers costs or gives on warm reads."""
+
+    name = "msfs-tiered"
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        settings = super().settings(writable)
+        lines = settings["cache_lines"]
+        ram_lines = max(1, lines // 4)
+        return {**settings, "cache_storage": "tiered", "cache_lines": lines - ram_lines, "cache_ram_lines": ram_lines}
+
+
 def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
     """The top-level settings of every msfs the harness mounts."""
     return {
@@ -505,6 +519,7 @@ PEERS: dict[str, type[Filesystem]] = {
     "msfs-passthrough": MsfsPassthrough,
     "msfs-persistent": MsfsPersistent,
     "msfs-posix": MsfsPosix,
+    "msfs-tiered": MsfsTiered,
     "mount-s3": MountS3,
     "s3fs": S3fs,
     "rclone": Rclone,

@@ -84,6 +84,27 @@ fn move_lines(shared: &Shared, buf: &mut [u8]) {
     }
 }
 
+/// Copies the line at `m.from` into `m.to`: straight from the source's memory when its storage
+/// has an address (both tiers do), else through `buf`.
+fn copy_line(shared: &Shared, m: &Migration, buf: &mut [u8]) -> std::io::Result<()> {
+    let storage = &shared.storage;
+    match storage.address(&m.from, 0, buf.len()) {
+        Some(address) => {
+            let ptr = address?;
+            // SAFETY: `address` checked the line's bytes are inside the source's mapping, which
+            // lives as long as the storage `shared` holds. The migration pinned the source
+            // clean, so no fill writes those bytes until `finish_migration`; the destination is
+            // another slot, reserved for this migration alone, so the ranges do not overlap.
+            let line = unsafe { std::slice::from_raw_parts(ptr, buf.len()) };
+            storage.write_at(&m.to, 0, line)
+        }
+        None => {
+            storage.read(&m.from, 0, buf)?;
+            storage.write_at(&m.to, 0, buf)
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Move {
     Up,
@@ -96,10 +117,7 @@ fn migrate(shared: &Shared, m: Migration, buf: &mut [u8], direction: Move) {
         bump(&shared.counters.evictions, 1);
         shared.release([evicted]);
     }
-    let copied = shared
-        .storage
-        .read(&m.from, 0, buf)
-        .and_then(|()| shared.storage.write_at(&m.to, 0, buf));
+    let copied = copy_line(shared, &m, buf);
     if let Err(e) = &copied {
         tracing::debug!(error = %e, "moving a cache line between tiers failed");
     }

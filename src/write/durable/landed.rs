@@ -83,17 +83,10 @@ pub(in crate::write) async fn check_base(
         return Ok(None);
     }
     if let Some(current) = &current {
-        let candidates = [
-            (&recovered.whole, recovered.generation, None),
-            // Older than the recovered content: the later writes stay to commit.
-            (
-                recovered.in_flight.as_ref().unwrap_or(&recovered.whole),
-                0,
-                Some(base_len),
-            ),
-        ];
-        let tries = if recovered.in_flight.is_some() { 2 } else { 1 };
-        for (content, generation, base_len) in candidates.into_iter().take(tries) {
+        let whole = (&recovered.whole, recovered.generation, None);
+        // Older than the recovered content: the later writes stay to commit.
+        let sent = (recovered.in_flight.iter()).map(|sent| (sent, 0, Some(base_len)));
+        for (content, generation, base_len) in std::iter::once(whole).chain(sent) {
             if current.size == content.size
                 && holds_own_bytes(inner, target, content, spill.clone(), current).await?
             {

@@ -107,7 +107,11 @@ impl Fs {
             (None, Some(manifest)) => manifest_listing::lookup(manifest, &dir.path, name)
                 .await
                 .map_err(|e| Self::manifest_error(&backend, e))?,
-            (None, None) if self.recently_missing(dir.ino, name) => None,
+            (None, None)
+                if self.recently_missing(dir.ino, name) || self.known_absent(dir.ino, name) =>
+            {
+                None
+            }
             (None, None) => self
                 .probe(&settings, &path)
                 .await
@@ -130,6 +134,7 @@ impl Fs {
         if inodes.get(ino).is_none() {
             drop(inodes);
             lock(&self.listings).remove(&ino);
+            self.forget_known(ino);
         }
         if self
             .kernel_state

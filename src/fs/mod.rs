@@ -7,7 +7,8 @@
 //!
 //! Where things live: the types, the `Fs` state and its backends here; lookups and attributes
 //! in `lookup`; opens, reads and closes of files in `file_ops`; the per-name records (misses,
-//! removals, recent writes and changes, listing snapshots) in `recent`; taking over a previous
+//! removals, recent writes and changes, listing snapshots) in `recent`, directories whose names
+//! are known (lookups of new names answered without a request) in `known_names`; taking over a previous
 //! server's kernel state in `restore`; directories (`opendir`/`readdir`) in `dir_ops`, over
 //! `dir_pages` (manifest), `live_pages` (large live directories) and `subtree` (small subtrees
 //! listed at once); creating, writing, renaming and removing in `write_ops`.
@@ -24,6 +25,7 @@ mod error;
 mod file_ops;
 mod inode;
 mod kernel_state;
+mod known_names;
 mod listing;
 mod live_pages;
 mod lookup;
@@ -257,6 +259,9 @@ pub struct Fs {
     /// Listings of directories below one that was listed by its subtree (or probed), by key
     /// prefix: they become `listings` when their directory is looked in (see `subtree`).
     kept: subtree::KeptListings,
+    /// Directories whose names are known for a while (made here, or listed before a change of
+    /// this mount's): lookups of other names in them miss without a request.
+    known: Mutex<known_names::KnownNames>,
     /// Names known to be absent, by (directory, name), with since when: a lookup miss, or a
     /// name this mount removed. A bounded LRU: forgetting a miss only costs a request.
     negative: Mutex<lru::LruCache<(u64, String), Instant>>,
@@ -308,6 +313,7 @@ impl Fs {
             inodes: Mutex::new(InodeTable::new()),
             listings: Mutex::new(HashMap::new()),
             kept: subtree::KeptListings::default(),
+            known: Mutex::new(known_names::KnownNames::default()),
             negative: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(NEGATIVE_CACHE_LIMIT).expect("a non-zero limit"),
             )),
@@ -485,6 +491,8 @@ fn pending_kind(meta: DirtyMeta, owner: Option<Ownership>) -> ChildKind {
     })
 }
 
+#[cfg(test)]
+mod known_names_tests;
 #[cfg(test)]
 mod manifest_tests;
 #[cfg(test)]

@@ -29,6 +29,16 @@ impl Fs {
 
     /// Forgets what is known of directory `dir` and of `name` in it, after a change there.
     pub(super) fn invalidate_entry(&self, dir: u64, name: &str) {
+        // The listing this change makes stale still tells which other names are absent.
+        let fresh = self.fresh_listing(dir);
+        {
+            let ttl = self.options.ttl;
+            let mut known = lock(&self.known);
+            if let Some((children, listed_at)) = fresh {
+                known.know(dir, listed_at, children, ttl);
+            }
+            known.changed(dir, name, ttl);
+        }
         lock(&self.listings).remove(&dir);
         self.forget_kept(dir, name);
         let entry = (dir, name.to_string());
@@ -93,6 +103,37 @@ impl Fs {
         negative
             .get(&(parent, name.to_string()))
             .is_some_and(|at| at.elapsed() < self.options.ttl)
+    }
+
+    /// Whether `name` is known absent from `dir` without asking: `dir` was made or listed within
+    /// the TTL, and neither showed `name` nor has this mount changed it since (`known_names`).
+    pub(super) fn known_absent(&self, dir: u64, name: &str) -> bool {
+        lock(&self.known).absent(dir, name, self.options.ttl)
+    }
+
+    /// Directory `dir` was just made where nothing was at `missing_since`: no name is in it.
+    pub(super) fn know_made_empty(&self, dir: u64, missing_since: Instant) {
+        let ttl = self.options.ttl;
+        lock(&self.known).know(dir, missing_since, Arc::default(), ttl);
+    }
+
+    /// How long `name` has been known missing from `parent`, for a lookup that began at `asked`
+    /// and missed: the oldest record it may have answered from (a listing, a miss remembered,
+    /// a known directory), else `asked` (it asked the store).
+    pub(super) fn missing_since(&self, parent: u64, name: &str, asked: Instant) -> Instant {
+        let listed = self.fresh_listing(parent).map(|(_, at)| at);
+        let missed = lock(&self.negative)
+            .peek(&(parent, name.to_string()))
+            .copied();
+        let known = lock(&self.known).since(parent);
+        [listed, missed, known]
+            .into_iter()
+            .flatten()
+            .fold(asked, Instant::min)
+    }
+
+    pub(super) fn forget_known(&self, dir: u64) {
+        lock(&self.known).forget(dir);
     }
 
     pub(super) fn remember_missing(&self, parent: u64, name: &str) {

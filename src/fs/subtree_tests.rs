@@ -8,14 +8,14 @@ use super::*;
 use crate::store::ObjectStore;
 use crate::store::testing::TestStore;
 
-struct Fixture {
-    fs: Fs,
-    store: Arc<TestStore>,
+pub(super) struct Fixture {
+    pub(super) fs: Fs,
+    pub(super) store: Arc<TestStore>,
     _spill: tempfile::TempDir,
 }
 
 /// `Fs` over a RAM store holding `keys` under backend "data", writable, with `ttl`.
-async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
+pub(super) async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
     let store = TestStore::ram();
     for key in keys {
         store.put(key, Bytes::from_static(b"x")).await.expect("put");

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
@@ -382,11 +382,14 @@ impl Fs {
     ) -> Result<Attr> {
         Self::check_new_name(name)?;
         let dir = self.writable_dir(parent)?;
+        let asked = Instant::now();
         match self.resolve(&dir.node, dir.backend.clone(), name).await {
             Ok(_) => return Err(FsError::Exists),
             Err(FsError::NotFound) => {}
             Err(e) => return Err(e),
         }
+        // Nothing was below `path` then, so the new directory starts known to be empty.
+        let missing_since = self.missing_since(parent, name, asked);
         let path = listing::child_path(&dir.node.path, name);
         let marker = dir.settings.dir_prefix_of(&path);
         super::check_key_len(&marker)?;
@@ -409,6 +412,7 @@ impl Fs {
             .await;
         self.invalidate_entry(parent, name);
         let node = lock(&self.inodes).lookup(parent, name, dir.backend, path, ChildKind::DIR);
+        self.know_made_empty(node.ino, missing_since);
         Ok(self.attr_of(&node))
     }
 
@@ -444,6 +448,7 @@ impl Fs {
         let ino = lock(&self.inodes).child(parent, name);
         if let Some(ino) = ino {
             lock(&self.listings).remove(&ino);
+            self.forget_known(ino);
         }
         lock(&self.inodes).remove_name(parent, name);
         self.note_removed(parent, name);
@@ -653,7 +658,7 @@ impl Fs {
                 .child(new_parent, new_name)
                 .and_then(|ino| inodes.get_mut(ino))
             {
-                node.refreshed = std::time::Instant::now();
+                node.refreshed = Instant::now();
                 if let ChildKind::File(meta) = &mut node.kind {
                     meta.etag.clear();
                 }

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::budget::{Budget, Reservation};
@@ -15,7 +15,7 @@ use super::extents::Extents;
 use super::file::{DirtyFile, State, Target, Upload, UploadedPart, View};
 use super::journal::UploadJournal;
 use super::plan::{self, PlannedPart, Source};
-use super::read::{Piece, read_plan};
+use super::read::{assemble, read_plan};
 use super::{Inner, WriteError};
 use crate::cache::{ObjectReader, ObjectVersion};
 use crate::store::{
@@ -65,27 +65,10 @@ impl Snapshot {
             base: self.base.as_ref(),
             base_len: self.base_len,
         };
-        let pieces = read_plan(&view, range.clone());
-        let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
-        for piece in pieces {
-            match piece {
-                Piece::Spill(r) => {
-                    let spill = self.spill.clone().ok_or(WriteError::SpillGone)?;
-                    out.extend_from_slice(&DirtyFile::read_spill_off_runtime(spill, r).await?);
-                }
-                Piece::Base(base, r) => {
-                    // Not sequential: a commit reads just the base bytes around its writes, and
-                    // read-ahead would fetch lines nobody needs.
-                    let bytes = reader
-                        .read(&target.store, &base, r, false)
-                        .await
-                        .map_err(|source| WriteError::store(target, source))?;
-                    out.extend_from_slice(&bytes);
-                }
-                Piece::Zeros(n) => out.resize(out.len() + n, 0),
-            }
-        }
-        Ok(out.freeze())
+        let pieces = read_plan(&view, range);
+        // Not sequential: a commit reads just the base bytes around its writes, and read-ahead
+        // would fetch lines nobody needs.
+        assemble(pieces, self.spill.clone(), reader, target, false).await
     }
 }
 

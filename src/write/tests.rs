@@ -315,9 +315,39 @@ async fn rewriting_4k_of_a_large_object_copies_the_rest_server_side() {
     assert_eq!(f.store.calls("upload_part_copy"), 4);
     assert_eq!(f.store.calls("put"), 0);
     let fetched: u64 = f.store.gets().iter().map(|(_, r)| r.end - r.start).sum();
+    // (A body chunk's base bytes are read as one span, the patch's 4 KiB included.)
     assert!(
-        fetched < 8 * MIB,
-        "only the rewritten part's own bytes are read back: {fetched}"
+        fetched <= 8 * MIB,
+        "only the rewritten part's own range is read back: {fetched}"
+    );
+}
+
+#[tokio::test]
+async fn scattered_writes_are_read_back_with_one_get_of_the_base_per_read() {
+    // 4 KiB written into every other 8 KiB of a 1 MiB object: 128 dirty and 128 base pieces.
+    let f = fixture(8 * MIB, 1 << 30);
+    let mut rng = Rng(11);
+    let original = rng.bytes(MIB as usize);
+    std::fs::write(f.data.path().join("holes"), &original).expect("seed");
+    let base = f.version("holes").await;
+    let file = f.engine.open(f.target("holes"), Some(base));
+    let mut expected = original;
+    for at in (0..MIB as usize).step_by(8192) {
+        let patch = rng.bytes(4096);
+        f.engine
+            .write(&file, at as u64, &patch)
+            .await
+            .expect("write");
+        expected[at..at + 4096].copy_from_slice(&patch);
+    }
+    assert_eq!(f.read_all(&file).await, expected);
+    assert_eq!(f.store.gets_of("holes"), 1, "one GET for the whole read");
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("holes").as_deref(), Some(&expected[..]));
+    assert_eq!(
+        f.store.gets_of("holes"),
+        2,
+        "one more GET for the commit's body"
     );
 }
 

@@ -151,13 +151,19 @@ impl CommitObserver for DeltaRecorder {
             return;
         };
         // A file rewritten keeps the owner and mode its row states, as a rewrite keeps them
-        // on any filesystem (a new file has none: the backend's apply).
-        let (manifest, file) = (self.manifest.clone(), path.to_string());
-        let before = blocking(move || {
-            let (dir, name) = file.rsplit_once('/').unwrap_or(("", &file));
-            manifest.lookup(dir, name)
-        });
-        let owner = before.await.ok().flatten().and_then(|kind| kind.owner());
+        // on any filesystem; a new file has what was set on it while it was written, if
+        // anything (else the backend's apply).
+        let owner = match self.manifest.take_pending_owner(path) {
+            Some(owner) => Some(owner),
+            None => {
+                let (manifest, file) = (self.manifest.clone(), path.to_string());
+                let before = blocking(move || {
+                    let (dir, name) = file.rsplit_once('/').unwrap_or(("", &file));
+                    manifest.lookup(dir, name)
+                });
+                before.await.ok().flatten().and_then(|kind| kind.owner())
+            }
+        };
         let kind = EntryKind::File {
             size,
             etag: etag.to_string(),

@@ -57,6 +57,13 @@ impl ChildKind {
             ChildKind::File(meta) => meta.owner,
         }
     }
+
+    pub fn set_owner(&mut self, owner: Option<Ownership>) {
+        match self {
+            ChildKind::Dir { owner: o } => *o = owner,
+            ChildKind::File(meta) => meta.owner = owner,
+        }
+    }
 }
 
 /// Whether `name` can be shown as a directory entry. Keys with empty, "." or ".." segments, or

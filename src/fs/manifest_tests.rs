@@ -367,3 +367,68 @@ async fn rows_with_owner_columns_show_their_owner_and_keep_it_across_rewrites_an
         owned_dir
     );
 }
+
+#[tokio::test]
+async fn chmod_and_chown_through_a_manifest_mount_are_recorded_and_survive_a_remount() {
+    let f = Fixture::new().await;
+    let set = |mode: Option<u32>, uid: Option<u32>| SetAttr {
+        mode,
+        uid,
+        ..SetAttr::default()
+    };
+    {
+        let fs = f.mount(true).await;
+        let plain = resolve(&fs, "data/train/3.bin").await.expect("3.bin");
+        let changed = fs
+            .setattr(plain.ino, set(Some(0o100600), Some(42)))
+            .await
+            .expect("chmod and chown");
+        assert_eq!(owner_of(&changed), (0o600, 42, 0));
+        let sub = resolve(&fs, "data/train/sub").await.expect("sub");
+        fs.setattr(sub.ino, set(Some(0o40711), None))
+            .await
+            .expect("chmod a directory");
+
+        // `cp -p`: the new file's mode is set while it is still being written (no row yet).
+        let train = resolve(&fs, "data/train").await.expect("train");
+        let (new, fh) = fs.create(train.ino, "copied.bin").await.expect("create");
+        fs.write(fh, 0, b"copied").await.expect("write");
+        let attr = fs
+            .setattr(new.ino, set(Some(0o100640), Some(7)))
+            .await
+            .expect("fchmod");
+        assert_eq!(owner_of(&attr), (0o640, 7, 0), "while being written");
+        fs.flush(fh, None).await.expect("commit");
+        fs.release(fh).await;
+
+        let root = resolve(&fs, "data").await.expect("backend root");
+        assert_eq!(
+            fs.setattr(root.ino, set(Some(0o40700), None))
+                .await
+                .expect_err("no row for the backend's root")
+                .errno(),
+            libc::EPERM
+        );
+    }
+    let fs = f.mount(false).await;
+    let owner = |path: &'static str| {
+        let fs = &fs;
+        async move { owner_of(&resolve(fs, path).await.expect(path)) }
+    };
+    assert_eq!(owner("data/train/3.bin").await, (0o600, 42, 0));
+    assert_eq!(
+        owner("data/train/sub").await,
+        (0o711, 5, 6),
+        "its row's owner kept"
+    );
+    assert_eq!(owner("data/train/copied.bin").await, (0o640, 7, 0));
+    assert_eq!(owner("data/train/4.bin").await, (0o644, 0, 0), "untouched");
+    let read_only = resolve(&fs, "data/train/4.bin").await.expect("4.bin");
+    assert_eq!(
+        fs.setattr(read_only.ino, set(Some(0o100600), None))
+            .await
+            .expect_err("a read-only mount")
+            .errno(),
+        libc::EROFS
+    );
+}

@@ -234,6 +234,11 @@ impl Fs {
             ));
         };
         let settings = backend.settings();
+        if let Some(manifest) = settings.manifest.clone() {
+            return self
+                .change_manifest_owner(&node, &backend, &settings, manifest, change)
+                .await;
+        }
         if !settings.posix_metadata {
             return Ok(()); // accepted and forgotten: attributes are the backend's
         }

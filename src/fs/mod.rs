@@ -30,6 +30,7 @@ mod listing;
 mod live_pages;
 mod lookup;
 mod manifest_listing;
+mod manifest_owner;
 mod meta_ops;
 mod passthrough;
 mod posix;

@@ -77,6 +77,14 @@ impl EntryKind {
     /// A directory with the backend's owner and mode.
     pub const DIR: EntryKind = EntryKind::Dir { owner: None };
 
+    /// The same entry stating `owner` (`None`: the backend's).
+    pub fn with_owner(mut self, owner: Option<Ownership>) -> EntryKind {
+        match &mut self {
+            EntryKind::Dir { owner: o } | EntryKind::File { owner: o, .. } => *o = owner,
+        }
+        self
+    }
+
     /// The owner and mode the row states, if any (else the backend's apply).
     pub fn owner(&self) -> Option<Ownership> {
         match self {
@@ -154,9 +162,7 @@ impl Entry {
 
     /// The same entry with `owner` (columns 6–8).
     pub fn owned(mut self, owner: Option<Ownership>) -> Entry {
-        match &mut self.kind {
-            EntryKind::Dir { owner: o } | EntryKind::File { owner: o, .. } => *o = owner,
-        }
+        self.kind = self.kind.with_owner(owner);
         self
     }
 

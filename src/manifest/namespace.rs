@@ -6,7 +6,7 @@
 //! fine for directories up to a few hundred thousand entries. Once the index is complete every
 //! answer comes from it. Neither path touches the object store.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::bisect;
 use super::delta::{Change, DELTA_DIR, DeltaError, DeltaLog, Overlay};
-use super::format::{self, Entry, EntryKind, FormatError, ManifestInfo};
+use super::format::{self, Entry, EntryKind, FormatError, ManifestInfo, Ownership};
 use super::index::{Index, IndexError};
 
 /// The index's file inside the manifest directory.
@@ -46,6 +46,9 @@ pub struct Manifest {
     overlay: RwLock<Overlay>,
     /// Present when a writable mount uses this manifest (or a log already existed).
     log: Mutex<Option<DeltaLog>>,
+    /// Owners and modes set (chmod, chown) on files that have no row yet, by path: a file being
+    /// written for the first time. Its commit's row states it (`take_pending_owner`).
+    pending_owners: Mutex<HashMap<String, Ownership>>,
 }
 
 impl Manifest {
@@ -62,6 +65,7 @@ impl Manifest {
             parsed: Mutex::new(VecDeque::new()),
             overlay: RwLock::new(Overlay::default()),
             log: Mutex::new(None),
+            pending_owners: Mutex::new(HashMap::new()),
         };
         if writable || root.join(DELTA_DIR).exists() {
             manifest.open_log()?;
@@ -232,6 +236,9 @@ impl Manifest {
     /// The change is served from now on even if it cannot be logged (the store holds it; only
     /// a later mount would miss it), and the error says so.
     pub fn record(&self, path: &str, change: Change) -> Result<(), ManifestError> {
+        if matches!(change, Change::Deleted) {
+            lock(&self.pending_owners).remove(path);
+        }
         let mut log = lock(&self.log);
         let logged = match log.as_mut() {
             Some(log) => log.append(path, &change).map_err(ManifestError::from),
@@ -245,6 +252,16 @@ impl Manifest {
             .unwrap_or_else(|p| p.into_inner())
             .apply(path.to_string(), change);
         logged
+    }
+
+    /// `owner` was set on `path`, which has no row yet: its first row will state it.
+    pub fn set_pending_owner(&self, path: &str, owner: Ownership) {
+        lock(&self.pending_owners).insert(path.to_string(), owner);
+    }
+
+    /// The owner set on `path` before it had a row, if any (taken: the row states it now).
+    pub fn take_pending_owner(&self, path: &str) -> Option<Ownership> {
+        lock(&self.pending_owners).remove(path)
     }
 
     /// Directory `dir` parsed from its TSV file (a name listed as both file and directory is a

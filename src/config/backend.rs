@@ -117,6 +117,17 @@ pub(super) fn parse_backend(
     backend.file_perm = raw.file_perm.value_or(backend.file_perm);
     backend.directory_page_size = raw.directory_page_size.value_or(d::DIRECTORY_PAGE_SIZE);
     backend.trace_level = raw.trace_level.value_or(d::TRACE_LEVEL);
+    backend.max_key_bytes = raw.max_key_bytes.value_or(d::MAX_KEY_BYTES);
+    if !(1..=d::MAX_KEY_BYTES_LIMIT).contains(&backend.max_key_bytes) {
+        return Err(s.invalid(
+            "max_key_bytes",
+            format!(
+                "must be between 1 and {}, got {}",
+                d::MAX_KEY_BYTES_LIMIT,
+                backend.max_key_bytes
+            ),
+        ));
+    }
     backend.warm = raw
         .warm
         .unwrap_or_default()
@@ -280,6 +291,7 @@ pub(super) fn backend_defaults(
         file_perm,
         directory_page_size: d::DIRECTORY_PAGE_SIZE,
         trace_level: d::TRACE_LEVEL,
+        max_key_bytes: d::MAX_KEY_BYTES,
         warm: Vec::new(),
         manifest: ManifestConfig {
             path: None,

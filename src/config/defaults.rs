@@ -46,6 +46,10 @@ pub(super) const FILE_PERM_READONLY: u16 = 0o444;
 pub(super) const FILE_PERM_WRITABLE: u16 = 0o666;
 pub(super) const DIRECTORY_PAGE_SIZE: u32 = 0;
 pub(super) const TRACE_LEVEL: u8 = 0;
+/// S3's longest key; a store that takes longer ones (garage does) may be given more.
+pub(super) const MAX_KEY_BYTES: u32 = crate::store::MAX_KEY_LEN as u32;
+/// What `max_key_bytes` may be raised to: no store msfs knows keeps longer keys.
+pub(super) const MAX_KEY_BYTES_LIMIT: u32 = 65_536;
 pub(super) const MANIFEST_GEN_WORKERS: usize = 200;
 pub(super) const FLAT_DIR_CONFIRMATION_PAGES: u32 = 5;
 pub(super) const FLAT_DIR_KEY_PREFIX_CHARS: &str = "0123456789abcdefghijklmnopqrstuvwxyz";

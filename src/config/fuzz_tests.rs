@@ -90,6 +90,7 @@ const BACKEND_KEYS: &[&str] = &[
     "file_perm",
     "directory_page_size",
     "trace_level",
+    "max_key_bytes",
     "manifest_path",
     "manifest_gen_workers",
     "flat_dir_confirmation_pages",

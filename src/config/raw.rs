@@ -72,6 +72,7 @@ pub(super) struct Backend {
     pub file_perm: Option<Perm>,
     pub directory_page_size: Option<Whole<u32>>,
     pub trace_level: Option<Whole<u8>>,
+    pub max_key_bytes: Option<Whole<u32>>,
     pub manifest_path: Option<Text>,
     pub manifest_gen_workers: Option<Whole<usize>>,
     pub flat_dir_confirmation_pages: Option<Whole<u32>>,

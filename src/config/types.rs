@@ -131,6 +131,9 @@ pub struct BackendConfig {
     pub directory_page_size: u32,
     /// 0 none, 1 errors, 2 successes, 3+ details.
     pub trace_level: u8,
+    /// The longest object key (bytes of UTF-8) a name may make: S3's 1,024 by default; a path
+    /// past it is refused with `ENAMETOOLONG` before any request.
+    pub max_key_bytes: u32,
     pub manifest: ManifestConfig,
     /// Files and directories (ending in `/`), relative to the backend's root, fetched into the
     /// cache in the background at mount (`crate::warm::background`).

@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, RwLock};
 
+use super::FsError;
 use crate::config::BackendConfig;
 use crate::manifest::delta::Change;
 use crate::manifest::format::EntryKind;
@@ -36,6 +37,8 @@ pub struct BackendSettings {
     pub file_perm: u16,
     /// Keys per LIST request; `None` lets the store choose.
     pub page_size: Option<u32>,
+    /// The longest key a name may make (`max_key_bytes`).
+    pub max_key_len: usize,
     /// When set, the namespace comes from this manifest (and its delta log), never from LIST
     /// or HEAD.
     pub manifest: Option<Arc<Manifest>>,
@@ -84,12 +87,21 @@ impl BackendSettings {
             dir_perm: config.dir_perm,
             file_perm: config.file_perm,
             page_size: (config.directory_page_size > 0).then_some(config.directory_page_size),
+            max_key_len: config.max_key_bytes as usize,
         }
     }
 
     /// The object key of `path` (a "/"-joined path inside the backend, "" for its root).
     pub fn key_of(&self, path: &str) -> String {
         format!("{}{}", self.prefix, path)
+    }
+
+    /// `ENAMETOOLONG` for a key longer than this backend's stores take, before any request.
+    pub fn check_key_len(&self, key: &str) -> Result<(), FsError> {
+        if key.len() > self.max_key_len {
+            return Err(FsError::NameTooLong);
+        }
+        Ok(())
     }
 
     /// The listing prefix of directory `path`: its key followed by "/" (just the backend prefix

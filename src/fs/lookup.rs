@@ -10,9 +10,7 @@ use super::BackendSettings;
 use super::inode::Node;
 use super::listing::{self, ChildKind, FileMeta, valid_name};
 use super::manifest_listing;
-use super::{
-    Attr, Backend, Fs, FsError, Kind, ROOT_INO, Result, check_key_len, lock, pending_kind,
-};
+use super::{Attr, Backend, Fs, FsError, Kind, ROOT_INO, Result, lock, pending_kind};
 
 impl Fs {
     pub fn attr_of(&self, node: &Node) -> Attr {
@@ -85,7 +83,7 @@ impl Fs {
         let path = listing::child_path(&dir.path, name);
         let settings = backend.settings();
         let key = settings.key_of(&path);
-        check_key_len(&key)?;
+        settings.check_key_len(&key)?;
         if self.is_unlinked(settings.store.id(), &key) {
             return Err(FsError::NotFound);
         }

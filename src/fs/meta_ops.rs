@@ -380,7 +380,7 @@ impl Fs {
         }
         let path = listing::child_path(&dir.node.path, name);
         let key = dir.settings.key_of(&path);
-        super::check_key_len(&key)?;
+        dir.settings.check_key_len(&key)?;
         let metadata = posix.written_over(&Metadata::new());
         let size = body.len() as u64;
         let put = (dir.settings.store)

@@ -473,13 +473,6 @@ impl Fs {
 
 /// Refuses a key the store cannot hold (S3: 1,024 bytes) with ENAMETOOLONG, as a local
 /// filesystem refuses a path past PATH_MAX.
-fn check_key_len(key: &str) -> Result<()> {
-    if key.len() > crate::store::MAX_KEY_LEN {
-        return Err(FsError::NameTooLong);
-    }
-    Ok(())
-}
-
 /// What a file being written looks like to `stat` and listings. Its ETag is left empty: the
 /// kernel must not keep pages cached for it across opens. `owner`: what the manifest row of the
 /// file it rewrites states, kept.

@@ -69,6 +69,7 @@ fn fixture_over(
             dir_perm: 0o555,
             file_perm: 0o444,
             page_size: Some(2),
+            max_key_len: crate::store::MAX_KEY_LEN,
             manifest: None,
         },
     ));
@@ -489,6 +490,7 @@ async fn ram_fixture(keys: &[String], page: u32, whole: usize) -> (Fs, tempfile:
             dir_perm: 0o555,
             file_perm: 0o444,
             page_size: Some(page),
+            max_key_len: crate::store::MAX_KEY_LEN,
             manifest: None,
         },
     ));
@@ -808,4 +810,53 @@ fn failures_are_told_from_expected_answers_and_every_errno_is_named() {
     assert_eq!(errno_name(libc::EIO), "EIO");
     assert_eq!(errno_name(libc::EPERM), "EPERM");
     assert_eq!(errno_name(libc::ENOSYS), "ENOSYS");
+}
+
+#[tokio::test]
+async fn a_backends_max_key_bytes_bounds_the_keys_its_names_make() {
+    let f = writable(&[]);
+    let backend = f.fs.backends().remove(0);
+    let s = backend.settings();
+    // As `max_key_bytes: 12` would configure it.
+    backend.replace(BackendSettings {
+        store: s.store.clone(),
+        prefix: s.prefix.clone(),
+        readonly: s.readonly,
+        flush_on_close: s.flush_on_close,
+        posix_metadata: s.posix_metadata,
+        uid: s.uid,
+        gid: s.gid,
+        dir_perm: s.dir_perm,
+        file_perm: s.file_perm,
+        page_size: s.page_size,
+        max_key_len: 12,
+        manifest: None,
+    });
+    let data = resolve(&f.fs, "data").await.expect("data").ino;
+    let (_, fh) =
+        f.fs.create(data, &"a".repeat(12))
+            .await
+            .expect("a 12-byte key");
+    f.fs.release(fh).await;
+    assert!(matches!(
+        f.fs.create(data, &"b".repeat(13)).await,
+        Err(FsError::NameTooLong)
+    ));
+    assert!(matches!(
+        f.fs.lookup(data, &"c".repeat(13)).await,
+        Err(FsError::NameTooLong)
+    ));
+    // A directory's key is its marker, `name/`.
+    f.fs.mkdir(data, &"d".repeat(11))
+        .await
+        .expect("a 12-byte marker");
+    assert!(matches!(
+        f.fs.mkdir(data, &"e".repeat(12)).await,
+        Err(FsError::NameTooLong)
+    ));
+    let made =
+        f.fs.lookup(data, &"a".repeat(12))
+            .await
+            .expect("the 12-byte name");
+    assert_eq!(made.kind, Kind::File);
 }

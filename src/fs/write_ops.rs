@@ -113,7 +113,7 @@ impl Fs {
         let dir = self.writable_dir(parent)?;
         let path = listing::child_path(&dir.node.path, name);
         let key = dir.settings.key_of(&path);
-        super::check_key_len(&key)?;
+        dir.settings.check_key_len(&key)?;
         let store_id = dir.settings.store.id().to_string();
         // A name unlinked while open is taken again: its old object must not be deleted later.
         lock(&self.unlinked).remove(&(store_id, key.clone()));
@@ -392,7 +392,7 @@ impl Fs {
         let missing_since = self.missing_since(parent, name, asked);
         let path = listing::child_path(&dir.node.path, name);
         let marker = dir.settings.dir_prefix_of(&path);
-        super::check_key_len(&marker)?;
+        dir.settings.check_key_len(&marker)?;
         let metadata = Self::creator_metadata(&dir.settings, S_IFDIR, creator);
         let made = if metadata.is_empty() {
             dir.settings.store.put(&marker, Bytes::new()).await
@@ -529,7 +529,8 @@ impl Fs {
         }
         let (_, path, kind) = self.resolve(&from.node, from.backend.clone(), name).await?;
         let new_path = listing::child_path(&to.node.path, new_name);
-        super::check_key_len(&to.settings.dir_prefix_of(&new_path))?;
+        to.settings
+            .check_key_len(&to.settings.dir_prefix_of(&new_path))?;
         if path == new_path {
             return Ok(());
         }

@@ -253,3 +253,16 @@ fn a_tiered_cache_needs_a_ram_line_and_keeps_nothing_across_restarts() {
          live in one file); cache_storage is tiered"
     );
 }
+
+#[test]
+fn max_key_bytes_out_of_range_names_the_key() {
+    for value in ["0", "65537"] {
+        let text = format!(
+            "msfs_version: 1\nbackends:\n  - {{dir_name: a, backend_type: RAM, max_key_bytes: {value}}}\n"
+        );
+        assert_eq!(
+            error("c.yaml", &text),
+            format!("c.yaml: backends[0].max_key_bytes: must be between 1 and 65536, got {value}")
+        );
+    }
+}

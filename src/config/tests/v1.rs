@@ -124,6 +124,7 @@ fn full_v1_expected(source: &str) -> Config {
                 file_perm: 0o640,
                 directory_page_size: 500,
                 trace_level: 2,
+                max_key_bytes: 1024,
                 manifest: ManifestConfig {
                     path: Some("/var/lib/msfs/train".into()),
                     gen_workers: 50,
@@ -169,6 +170,7 @@ fn full_v1_expected(source: &str) -> Config {
                 file_perm: 0o666,
                 directory_page_size: 0,
                 trace_level: 0,
+                max_key_bytes: 1024,
                 manifest: ManifestConfig {
                     path: None,
                     gen_workers: 200,
@@ -195,6 +197,7 @@ fn full_v1_expected(source: &str) -> Config {
                 file_perm: 0o444,
                 directory_page_size: 0,
                 trace_level: 0,
+                max_key_bytes: 1024,
                 manifest: ManifestConfig {
                     path: None,
                     gen_workers: 200,

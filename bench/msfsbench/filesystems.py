@@ -283,18 +283,36 @@ class MsfsPosix(Msfs):
         return {**settings, "backend": {**settings["backend"], "posix_metadata": True}}
 
 
+def ram_tier_lines(scale: Any) -> int:
+    """The RAM tier of `msfs-tiered` and the whole cache of `msfs-small-ram`: half the large
+    object, so that reading it needs more than RAM holds (the `tiered` workload)."""
+    return max(2 * MSFS_PREFETCH_LINES, scale.large_size // 2 // MSFS_LINE_SIZE)
+
+
 class MsfsTiered(Msfs):
-    """msfs with `cache_storage: tiered` (off by default): the same capacity, a quarter of it a
-    RAM tier over a disk tier of the rest (issue #22). Beside `msfs`, what moving lines between
-    the tiers costs or gives on warm reads."""
+    """msfs with `cache_storage: tiered` (off by default): a RAM tier of half the large object
+    over a disk tier of the rest of the budget (issue #22). Beside `msfs-small-ram` (the same
+    RAM, no disk tier), what the disk tier keeps from the server; beside `msfs`, what moving
+    lines between the tiers costs."""
 
     name = "msfs-tiered"
 
     def settings(self, writable: bool | None = None) -> dict[str, Any]:
         settings = super().settings(writable)
-        lines = settings["cache_lines"]
-        ram_lines = max(1, lines // 4)
-        return {**settings, "cache_storage": "tiered", "cache_lines": lines - ram_lines, "cache_ram_lines": ram_lines}
+        ram_lines = ram_tier_lines(self.scale)
+        disk_lines = max(ram_lines, settings["cache_lines"] - ram_lines)
+        return {**settings, "cache_storage": "tiered", "cache_lines": disk_lines, "cache_ram_lines": ram_lines}
+
+
+class MsfsSmallRam(Msfs):
+    """msfs with only `msfs-tiered`'s RAM tier for a cache (RAM, no disk tier): what the same
+    memory gives without tiers."""
+
+    name = "msfs-small-ram"
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        settings = super().settings(writable)
+        return {**settings, "cache_storage": "ram", "cache_lines": ram_tier_lines(self.scale)}
 
 
 def msfs_settings(cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
@@ -520,6 +538,7 @@ PEERS: dict[str, type[Filesystem]] = {
     "msfs-persistent": MsfsPersistent,
     "msfs-posix": MsfsPosix,
     "msfs-tiered": MsfsTiered,
+    "msfs-small-ram": MsfsSmallRam,
     "mount-s3": MountS3,
     "s3fs": S3fs,
     "rclone": Rclone,

@@ -38,7 +38,7 @@ pub struct BackendSettings {
     /// Keys per LIST request; `None` lets the store choose.
     pub page_size: Option<u32>,
     /// The longest key a name may make (`max_key_bytes`).
-    pub max_key_len: usize,
+    pub max_key_bytes: usize,
     /// When set, the namespace comes from this manifest (and its delta log), never from LIST
     /// or HEAD.
     pub manifest: Option<Arc<Manifest>>,
@@ -87,7 +87,7 @@ impl BackendSettings {
             dir_perm: config.dir_perm,
             file_perm: config.file_perm,
             page_size: (config.directory_page_size > 0).then_some(config.directory_page_size),
-            max_key_len: config.max_key_bytes as usize,
+            max_key_bytes: config.max_key_bytes as usize,
         }
     }
 
@@ -98,7 +98,7 @@ impl BackendSettings {
 
     /// `ENAMETOOLONG` for a key longer than this backend's stores take, before any request.
     pub fn check_key_len(&self, key: &str) -> Result<(), FsError> {
-        if key.len() > self.max_key_len {
+        if key.len() > self.max_key_bytes {
             return Err(FsError::NameTooLong);
         }
         Ok(())

@@ -362,7 +362,7 @@ mod tests {
                 dir_perm: 0o555,
                 file_perm: 0o444,
                 page_size: None,
-                max_key_len: crate::store::MAX_KEY_LEN,
+                max_key_bytes: crate::store::MAX_KEY_LEN,
                 manifest: None,
             },
         );

@@ -98,7 +98,7 @@ impl Fixture {
                 dir_perm: 0o755,
                 file_perm: 0o644,
                 page_size: None,
-                max_key_len: crate::store::MAX_KEY_LEN,
+                max_key_bytes: crate::store::MAX_KEY_LEN,
                 manifest: Some(manifest),
             },
         ));

@@ -41,7 +41,7 @@ fn mount(store: &Arc<TestStore>, posix_metadata: bool) -> Mount {
             dir_perm: DIR_PERM,
             file_perm: FILE_PERM,
             page_size: None,
-            max_key_len: crate::store::MAX_KEY_LEN,
+            max_key_bytes: crate::store::MAX_KEY_LEN,
             manifest: None,
         },
     ));

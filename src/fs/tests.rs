@@ -69,7 +69,7 @@ fn fixture_over(
             dir_perm: 0o555,
             file_perm: 0o444,
             page_size: Some(2),
-            max_key_len: crate::store::MAX_KEY_LEN,
+            max_key_bytes: crate::store::MAX_KEY_LEN,
             manifest: None,
         },
     ));
@@ -490,7 +490,7 @@ async fn ram_fixture(keys: &[String], page: u32, whole: usize) -> (Fs, tempfile:
             dir_perm: 0o555,
             file_perm: 0o444,
             page_size: Some(page),
-            max_key_len: crate::store::MAX_KEY_LEN,
+            max_key_bytes: crate::store::MAX_KEY_LEN,
             manifest: None,
         },
     ));
@@ -816,22 +816,16 @@ fn failures_are_told_from_expected_answers_and_every_errno_is_named() {
 async fn a_backends_max_key_bytes_bounds_the_keys_its_names_make() {
     let f = writable(&[]);
     let backend = f.fs.backends().remove(0);
-    let s = backend.settings();
-    // As `max_key_bytes: 12` would configure it.
-    backend.replace(BackendSettings {
-        store: s.store.clone(),
-        prefix: s.prefix.clone(),
-        readonly: s.readonly,
-        flush_on_close: s.flush_on_close,
-        posix_metadata: s.posix_metadata,
-        uid: s.uid,
-        gid: s.gid,
-        dir_perm: s.dir_perm,
-        file_perm: s.file_perm,
-        page_size: s.page_size,
-        max_key_len: 12,
-        manifest: None,
-    });
+    // The backend as a config with `max_key_bytes: 12` makes it, over the fixture's store.
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: data, backend_type: RAM, readonly: false, max_key_bytes: 12}\n";
+    let loaded =
+        crate::config::parse_str(text, std::path::Path::new("c.yaml"), &|_| None).expect("config");
+    let store = backend.settings().store.clone();
+    backend.replace(BackendSettings::new(
+        &loaded.config.backends[0],
+        store,
+        None,
+    ));
     let data = resolve(&f.fs, "data").await.expect("data").ino;
     let (_, fh) =
         f.fs.create(data, &"a".repeat(12))

@@ -347,25 +347,27 @@ impl Inner {
 
     /// Drops the engine's reference to a file that is clean (or deleted), unused and not being
     /// committed: its content is now simply the object's.
+    ///
+    /// Decided and done under the file map's lock: a FUSE `release` is not waited for by
+    /// `close(2)`, so an `open` of the same name can run beside it, and between a decision made
+    /// on the file's state alone and its removal it could join the file and then write into one
+    /// the map no longer holds (invisible to `stat`, committed over a stale base).
     fn let_go_if_done(&self, file: &Arc<DirtyFile>) {
-        let done = {
-            let state = file.state();
-            state.handles == 0 && !state.background && (!state.is_dirty() || state.deleted)
-        };
-        if !done {
-            return;
-        }
         let id = (file.target.store.id().to_string(), file.target.key.clone());
-        {
+        let leftover = {
+            // The map's lock before the file's, as `open` and `join` take them.
             let mut files = self.files();
+            let mut state = file.state();
+            let done =
+                state.handles == 0 && !state.background && (!state.is_dirty() || state.deleted);
+            if !done {
+                return;
+            }
             if files.get(&id).is_some_and(|f| Arc::ptr_eq(f, file)) {
                 files.remove(&id);
             }
-        }
-        // A clean file's spill can be left after a commit that landed while a write was still
-        // putting bytes in it (and then failed): its content is now the object's.
-        let leftover = {
-            let mut state = file.state();
+            // A clean file's spill can be left after a commit that landed while a write was
+            // still putting bytes in it (and then failed): its content is now the object's.
             if state.is_dirty() || state.writers > 0 {
                 durable::Leftover::default()
             } else {

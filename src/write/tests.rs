@@ -805,3 +805,39 @@ async fn a_multipart_upload_is_journalled_until_completed_or_aborted() {
     assert!(f.store.list_uploads("").await.expect("list").is_empty());
     assert_eq!(f.stored("landed").as_deref(), Some(&body[..]));
 }
+
+/// `close(2)` does not wait for FUSE's `release`, so a reopen of the same name races the engine
+/// letting go of the file: the opener must always get the file `find` (and so `stat`) sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_racing_the_release_of_the_last_handle_gets_the_file_stat_sees() {
+    let f = fixture(64 * MIB, 64 * MIB);
+    std::fs::write(f.data.path().join("raced"), b"object").expect("object");
+    let base = f.version("raced").await;
+    let target = f.target("raced");
+    for round in 0..2_000 {
+        // Over the object as it is: clean, so the last release lets it go.
+        let first = f.engine.open(target.clone(), Some(base.clone()));
+        let start = std::sync::Barrier::new(2);
+        let second = std::thread::scope(|s| {
+            s.spawn(|| {
+                start.wait();
+                f.engine.release(&first);
+            });
+            let opener = s.spawn(|| {
+                start.wait();
+                f.engine.open(target.clone(), Some(base.clone()))
+            });
+            opener.join().expect("opener")
+        });
+        let seen = f.engine.find("test-store", "raced");
+        assert!(
+            seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &second)),
+            "round {round}: the reopened handle's file is not the one the engine shows"
+        );
+        f.engine.release(&second);
+        assert!(
+            f.engine.find("test-store", "raced").is_none(),
+            "round {round}: let go"
+        );
+    }
+}

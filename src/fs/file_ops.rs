@@ -41,7 +41,7 @@ impl Fs {
             size: meta.size,
         };
         let writes = &self.engines.writes;
-        // Before the open changes anything (O_TRUNC): a writer cannot join a lent inode.
+        // A writer cannot join a lent inode.
         if mode.write && self.io_modes.lent(ino) {
             return Err(self.supersede(ino));
         }
@@ -49,12 +49,6 @@ impl Fs {
             let target = settings.target(&backend.dir_name, &node.path);
             let file = self.open_for_write(backend, target).await?;
             self.began_writing(&node, &file);
-            if mode.truncate
-                && let Err(e) = writes.truncate(&file, 0)
-            {
-                writes.release(&file);
-                return Err(e.into());
-            }
             Some(file)
         } else {
             writes.find(settings.store.id(), &key)

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use super::super::posix::{S_IFDIR, S_IFLNK, S_IFREG};
-use super::super::tests::test_engines;
+use super::super::tests::{WRITE, open_truncating, test_engines};
 use super::super::{Backend, FsOptions, OpenMode, Opened, ROOT_INO};
 use super::*;
 use crate::store::ObjectStore;
@@ -415,12 +415,7 @@ async fn meta_ops_rewriting_a_file_keeps_its_mode_and_owner() {
     let f = resolve(&m.fs, "data/f").await.expect("lookup");
     assert_eq!((f.perm, f.uid, f.gid), (0o750, 1234, 5678));
 
-    let truncate = OpenMode {
-        write: true,
-        truncate: true,
-        direct: false,
-    };
-    let Opened { fh, .. } = m.fs.open(f.ino, truncate).await.expect("open");
+    let Opened { fh, .. } = open_truncating(&m.fs, f.ino).await.expect("open");
     m.fs.write(fh, 0, b"new").await.expect("write");
     let writing = m.fs.getattr(f.ino).await.expect("getattr while writing");
     assert_eq!(
@@ -466,12 +461,7 @@ async fn meta_ops_rewriting_a_file_moves_its_mtime() {
     assert_eq!(f.mtime, old);
 
     let before = SystemTime::now() - Duration::from_secs(1);
-    let truncate = OpenMode {
-        write: true,
-        truncate: true,
-        direct: false,
-    };
-    let Opened { fh, .. } = m.fs.open(f.ino, truncate).await.expect("open");
+    let Opened { fh, .. } = open_truncating(&m.fs, f.ino).await.expect("open");
     m.fs.write(fh, 0, b"new").await.expect("write");
     let writing = m.fs.getattr(f.ino).await.expect("getattr while writing");
     assert!(
@@ -699,12 +689,7 @@ async fn meta_ops_chmod_during_a_commit_is_settled_with_the_writes_mtime() {
     put_with(&store, "f", b"0123456789", &theirs).await;
     let m = mount(&store, true);
     let f = resolve(&m.fs, "data/f").await.expect("lookup");
-    let write = OpenMode {
-        write: true,
-        truncate: false,
-        direct: false,
-    };
-    let Opened { fh, .. } = m.fs.open(f.ino, write).await.expect("open");
+    let Opened { fh, .. } = m.fs.open(f.ino, WRITE).await.expect("open");
     let before = SystemTime::now() - Duration::from_secs(1);
     m.fs.write(fh, 0, b"ab").await.expect("write");
     // The commit reads the rest of the object from the store: held there.

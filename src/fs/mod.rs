@@ -208,11 +208,11 @@ impl FileHandle {
     }
 }
 
-/// How a file is opened.
+/// How a file is opened. `O_TRUNC` is not here: the kernel truncates through a setattr after
+/// the open (see `FuseAdapter::init`, why msfs does not take it with the open).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenMode {
     pub write: bool,
-    pub truncate: bool,
     /// `O_DIRECT`: the application asked to bypass caches, so never passthrough (the kernel
     /// would read the cache file with direct I/O, from the disk).
     pub direct: bool,

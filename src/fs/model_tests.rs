@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::tests::{Fixture, fixture_with};
+use super::tests::{Fixture, WRITE, fixture_with, open_truncating};
 use super::*;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,12 +132,12 @@ async fn write_file(fs: &Fs, path: &str, offset: u64, data: &[u8], truncate: boo
     let fh = match fs.lookup(dir_ino, name).await {
         Ok(attr) if attr.kind == Kind::Dir => return libc::EISDIR,
         Ok(attr) => {
-            let mode = OpenMode {
-                write: true,
-                truncate,
-                direct: false,
+            let opened = if truncate {
+                open_truncating(fs, attr.ino).await
+            } else {
+                fs.open(attr.ino, WRITE).await
             };
-            match fs.open(attr.ino, mode).await {
+            match opened {
                 Ok(opened) => opened.fh,
                 Err(e) => return e.errno(),
             }

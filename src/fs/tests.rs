@@ -35,6 +35,21 @@ pub(super) fn fixture_with(files: &[(&str, &[u8])], writable: bool, threshold: u
 
 /// The engines of a test `Fs`: no cache, spill files under `spill`, commits by multipart from
 /// `threshold` bytes.
+/// What the kernel sends for `open(O_WRONLY | O_TRUNC)` of an existing file: the open, then a
+/// setattr of size 0 that names no handle (see `FuseAdapter::init`).
+pub(super) async fn open_truncating(fs: &Fs, ino: u64) -> Result<Opened> {
+    let opened = fs.open(ino, WRITE).await?;
+    let truncate = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    if let Err(e) = fs.setattr(ino, truncate).await {
+        fs.release(opened.fh).await;
+        return Err(e);
+    }
+    Ok(opened)
+}
+
 pub(super) fn test_engines(spill: &std::path::Path, threshold: u64) -> Engines {
     Engines::uncached(crate::write::WriteConfig {
         multipart_threshold: threshold,
@@ -170,17 +185,7 @@ async fn reads_return_the_object_bytes_at_any_offset() {
 async fn opening_for_write_on_a_readonly_backend_is_refused() {
     let f = fixture(&[("f", b"1")]);
     let attr = resolve(&f.fs, "data/f").await.expect("f");
-    let err =
-        f.fs.open(
-            attr.ino,
-            OpenMode {
-                write: true,
-                truncate: false,
-                direct: false,
-            },
-        )
-        .await
-        .expect_err("must refuse");
+    let err = f.fs.open(attr.ino, WRITE).await.expect_err("must refuse");
     assert_eq!(err.errno(), libc::EROFS);
 }
 
@@ -242,9 +247,8 @@ async fn readdirplus_references_are_released_by_forget() {
 
 // --- Writes -----------------------------------------------------------------------------------
 
-const WRITE: OpenMode = OpenMode {
+pub(super) const WRITE: OpenMode = OpenMode {
     write: true,
-    truncate: false,
     direct: false,
 };
 
@@ -298,12 +302,7 @@ async fn a_created_file_is_listed_readable_and_committed_at_fsync() {
 async fn opening_with_truncate_and_rewriting_replaces_the_object() {
     let f = writable(&[("f", b"old contents")]);
     let attr = resolve(&f.fs, "data/f").await.expect("f");
-    let mode = OpenMode {
-        write: true,
-        truncate: true,
-        direct: false,
-    };
-    let Opened { fh, .. } = f.fs.open(attr.ino, mode).await.expect("open");
+    let Opened { fh, .. } = open_truncating(&f.fs, attr.ino).await.expect("open");
     assert_eq!(f.fs.getattr(attr.ino).await.expect("attr").size, 0);
     f.fs.write(fh, 0, b"new").await.expect("write");
     f.fs.fsync(fh).await.expect("fsync");

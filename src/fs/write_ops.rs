@@ -24,6 +24,7 @@ use crate::manifest::delta::Change;
 use crate::manifest::format::{EntryKind, Ownership};
 use crate::manifest::registry::blocking;
 use crate::store::InMemory;
+use crate::write::DirtyFile;
 
 /// A rename's flags that msfs honours (the rest are refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -291,7 +292,10 @@ impl Fs {
                 return Ok(());
             }
         }
-        // truncate(2) on a path: open, resize and close, committing as a close would.
+        // truncate(2) on a path, and the truncation of an open with O_TRUNC (the kernel sends
+        // it after the open, without the handle): open, resize and close, committing as a close
+        // would — unless a handle open for writing holds the file, whose close commits it (one
+        // PUT for `> file`, not an empty one first).
         let node = self.node(ino)?;
         let (Some(backend), Some(_)) = (&node.backend, node.file()) else {
             return Err(FsError::IsADirectory);
@@ -305,7 +309,9 @@ impl Fs {
         let target = settings.target(&backend.dir_name, &node.path);
         let file = self.open_for_write(backend, target).await?;
         self.began_writing(&node, &file);
+        let held = self.held_for_writing(&file);
         let result = match writes.truncate(&file, size) {
+            Ok(()) if held => Ok(()),
             Ok(()) if settings.flush_on_close => writes.commit(&file).await.map_err(FsError::from),
             Ok(()) => {
                 writes.commit_in_background(&file);
@@ -315,6 +321,17 @@ impl Fs {
         };
         writes.release(&file);
         result
+    }
+
+    /// Whether a handle open for writing holds `file` (its release commits it).
+    fn held_for_writing(&self, file: &Arc<DirtyFile>) -> bool {
+        lock(&self.files).values().any(|handle| {
+            handle.writable
+                && handle
+                    .dirty
+                    .as_ref()
+                    .is_some_and(|held| Arc::ptr_eq(held, file))
+        })
     }
 
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {

@@ -406,9 +406,13 @@ impl Filesystem for FuseAdapter {
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_AUTO_INVAL_DATA
-            | InitFlags::FUSE_ASYNC_READ
-            // O_TRUNC arrives with the open instead of as a separate setattr.
-            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+            | InitFlags::FUSE_ASYNC_READ;
+        // Not FUSE_ATOMIC_O_TRUNC: with it the server truncates in the open, before the kernel
+        // checks write access for an `O_RDONLY | O_TRUNC` open (it does so after the open, in
+        // `handle_truncate`), so such an open of a program being run failed with ETXTBSY only
+        // after msfs had emptied the file under the program (pjdfstest `open::etxtbsy`; the
+        // program died of SIGBUS). Without it the kernel checks first and then sends a setattr
+        // of size 0 with the open handle: one more request, answered without the store.
         let wanted = if self.writeback_cache {
             wanted | InitFlags::FUSE_WRITEBACK_CACHE
         } else {
@@ -479,10 +483,8 @@ impl Filesystem for FuseAdapter {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let truncate = flags.0 & libc::O_TRUNC != 0;
         let mode = OpenMode {
-            write: flags.acc_mode() != OpenAccMode::O_RDONLY || truncate,
-            truncate,
+            write: flags.acc_mode() != OpenAccMode::O_RDONLY,
             direct: flags.0 & libc::O_DIRECT != 0,
         };
         self.spawn("open", ino, req, move |fs| async move {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::line_cache::Shared;
-use super::persist::{Check, Stored};
+use super::persist::Check;
 use super::stats::bump;
 use super::table::{Flight, Outcome, Placement, Progress, SlotId};
 use crate::store::{ObjectStore, StoreError};
@@ -127,35 +127,32 @@ impl Fill {
         let Some(tx) = self.tx.take() else {
             return;
         };
+        // With a persistent cache, what the index records of the line (if it was stored in order).
+        let check = self.checksum.take().and_then(|(hasher, len)| {
+            Some(Check {
+                len: u32::try_from(len).ok()?,
+                crc: hasher.finalize(),
+            })
+        });
         let (released, keep) = {
             let mut table = self.shared.table();
             match outcome {
                 Outcome::Ready => {
-                    let name = table.attached_name(self.slot);
+                    // Before the slot can be freed (were the line invalidated meanwhile).
+                    let keep = check.and_then(|check| table.keep_check(self.slot, check));
                     let released = table.fill_succeeded(self.slot);
                     // A clean RAM line can now be moved down, should RAM be short of room.
                     if let Some(mover) = &self.shared.mover {
                         mover.ring_if_needed(&table);
                     }
-                    (released, name)
+                    (released, keep)
                 }
                 Outcome::Failed(_) | Outcome::Abandoned => (table.fill_failed(self.slot), None),
             }
         };
         self.shared.release(released);
-        if let (Some(name), Some(persisted), Some((hasher, len))) =
-            (keep, &self.shared.persisted, self.checksum.take())
-            && let Ok(len) = u32::try_from(len)
-        {
-            persisted.record(Stored {
-                slot: self.slot,
-                name,
-                line: self.placement.line,
-                check: Check {
-                    len,
-                    crc: hasher.finalize(),
-                },
-            });
+        if let (Some(stored), Some(persisted)) = (keep, &self.shared.persisted) {
+            persisted.record(stored);
         }
         tx.send_modify(|progress| progress.outcome = Some(outcome));
     }

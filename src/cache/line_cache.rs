@@ -161,7 +161,7 @@ impl LineCache {
         let mut table = Table::tiered(ram_lines, lines);
         let (dir, storage, persisted) = match kept {
             Some(opened) => {
-                let storage = storage::open_kept(&opened.dir, line_size, lines)?;
+                let storage = storage::open_kept(&opened.dir, line_size, lines, ram_lines)?;
                 let restored = table.restore(opened.restored);
                 tracing::info!(dir = %opened.dir.display(), lines = restored,
                     "cache lines kept by an earlier process restored (checked at first read)");

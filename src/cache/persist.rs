@@ -1,8 +1,11 @@
 //! Lines that outlive the process (`cache_persistent: true`).
 //!
-//! The cache's one line file (`mapped-file` storage) then lives in a fixed directory,
-//! `<cache_dir_path>/msfs-line-cache/`, beside a small redb index that says which line each slot
-//! holds: slot → (cache scope, key, ETag, line, length, CRC-32 of its bytes). A restarted
+//! The cache's one line file (`mapped-file` storage, or the disk tier of `tiered`) then lives in
+//! a fixed directory, `<cache_dir_path>/msfs-line-cache/`, beside a small redb index that says
+//! which line each slot holds: slot → (cache scope, key, ETag, line, length, CRC-32 of its
+//! bytes). A `tiered` cache's RAM tier is not kept: its lines are indexed once they move down to
+//! the file (the line's length and checksum travel with it), and the file's geometry is the
+//! same either way, so a cache switched between the two modes keeps its lines. A restarted
 //! process reopens both and puts every indexed line back in its slot, clean but *unverified*: the
 //! first read of such a line checksums it before serving it ([`Check`]), and a line whose bytes
 //! do not match is dropped and fetched again. The index is keyed by ETag and scope, so a line is
@@ -71,8 +74,10 @@ pub(super) struct RestoredLine {
     pub check: Check,
 }
 
-/// A line just filled, to be indexed.
+/// A line just stored in the kept file (fetched there, or moved down from the RAM tier of
+/// `tiered` storage), to be indexed.
 pub(super) struct Stored {
+    /// Its slot in the line file.
     pub slot: u32,
     pub name: Arc<ObjectName>,
     pub line: u64,

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::persist::{DIR_NAME, LINES_FILE};
-use super::tests::{LINE, patterned};
+use super::tests::{LINE, patterned, until};
 use super::{LineCache, ObjectReader, ObjectVersion};
 use crate::config::{CacheConfig, CacheStorage};
 use crate::store::ObjectStore;
@@ -241,6 +241,72 @@ async fn a_damaged_index_costs_the_kept_lines_not_the_mount() {
     drop(second);
     // The index made anew works like any.
     assert_eq!(persistent(parent.path(), LINES).stats().lines_restored, 2);
+}
+
+/// `tiered` keeps its disk tier: the lines that moved down from RAM are there for the next
+/// cache, checked as any; those still in RAM at the end are fetched again. The line file is the
+/// same for `mapped-file`, so switching modes keeps the lines too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiered_cache_keeps_the_lines_of_its_disk_tier() {
+    const RAM: u64 = 4;
+    let tiered = |parent: &Path| {
+        LineCache::new(&CacheConfig {
+            storage: CacheStorage::Tiered,
+            ram_lines: RAM,
+            ..persistent_config(parent, LINES)
+        })
+        .expect("tiered persistent cache")
+    };
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    // Eleven whole lines and a short last one: more than RAM holds.
+    let object = objects.put("obj", 11 * LINE + 100, 8).await;
+    let first = tiered(parent.path());
+    // Line by line: each fill rings the mover, which moves the lines read before it down.
+    for line in 0..12 {
+        let range = line * LINE..((line + 1) * LINE).min(object.size);
+        let bytes = first
+            .read(&objects.store, &object, range.clone(), false)
+            .await
+            .expect("read");
+        assert_eq!(
+            &bytes[..],
+            &patterned(8, object.size)[range.start as usize..range.end as usize]
+        );
+    }
+    until(|| first.stats().ram_lines_resident < RAM).await;
+    let stats = first.stats();
+    assert!(stats.demotions > 0, "lines moved down from RAM: {stats:?}");
+    let on_disk = stats.lines_resident - stats.ram_lines_resident;
+    drop(first);
+    assert_eq!(objects.test_store.gets_of("obj"), 12);
+
+    let second = tiered(parent.path());
+    assert_eq!(second.stats().lines_restored, on_disk);
+    assert_eq!(
+        objects.read_all(&second, &object).await,
+        patterned(8, object.size)
+    );
+    assert_eq!(second.stats().lines_rejected, 0, "{:?}", second.stats());
+    assert_eq!(
+        objects.test_store.gets_of("obj") as u64,
+        12 + (12 - on_disk),
+        "only the lines that were in RAM are fetched again"
+    );
+    drop(second);
+    let as_mapped_file = persistent(parent.path(), LINES);
+    let restored = as_mapped_file.stats().lines_restored;
+    assert!(restored >= on_disk);
+    let before = objects.test_store.gets_of("obj") as u64;
+    assert_eq!(
+        objects.read_all(&as_mapped_file, &object).await,
+        patterned(8, object.size)
+    );
+    assert_eq!(as_mapped_file.stats().lines_rejected, 0);
+    assert_eq!(
+        objects.test_store.gets_of("obj") as u64 - before,
+        12 - restored
+    );
 }
 
 #[test]

@@ -96,18 +96,28 @@ pub(super) fn open(
 }
 
 /// Opens the line file of a persistent cache in `dir` (see `persist`), keeping what an earlier
-/// process left in it: `mapped-file` storage over a file that outlives the process.
+/// process left in it: `mapped-file` storage over a file that outlives the process, or with
+/// `ram_lines` (`tiered`) that file as the main tier below a RAM tier, which is not kept.
 pub(super) fn open_kept(
     dir: &Path,
     line_size: usize,
     lines: usize,
+    ram_lines: usize,
 ) -> Result<Arc<dyn LineStorage>, CacheError> {
-    Ok(Arc::new(MappedLines::file(
+    let kept = MappedLines::file(
         &dir.join(super::persist::LINES_FILE),
         line_size,
         lines,
         FileOrigin::Kept,
-    )?))
+    )?;
+    Ok(match ram_lines {
+        0 => Arc::new(kept),
+        _ => Arc::new(TieredLines {
+            ram: MappedLines::anonymous(line_size, ram_lines)?,
+            disk: kept,
+            ram_lines,
+        }),
+    })
 }
 
 /// `cache_storage: tiered`: slots below `ram_lines` in anonymous memory, the rest in one

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::persist::{Check, RestoredLine};
+use super::persist::{Check, RestoredLine, Stored};
 use crate::store::StoreError;
 
 pub(super) type SlotId = u32;
@@ -98,6 +98,8 @@ pub(super) struct Migration {
     pub to: Placement,
     /// A main-tier line dropped to make room for a demotion.
     pub evicted: Option<Placement>,
+    /// The line's check, which goes with it (see `Slot::check`).
+    check: Option<Check>,
 }
 
 /// The full name of one cached object version.
@@ -117,6 +119,10 @@ struct Slot {
     /// A clean line restored from an earlier process's persistent cache whose bytes nobody
     /// has checked yet (see `persist`): a reader checks them before serving them.
     unverified: Option<Check>,
+    /// With a persistent cache, the line's length and checksum: what the index records for it
+    /// when it lies in a slot of the kept file (the main tier), kept with the line so that a
+    /// line moving down from RAM is recorded there too.
+    check: Option<Check>,
     in_lru: bool,
     /// When the line became clean in this slot (fetched, restored or moved here).
     ready_at: Instant,
@@ -193,6 +199,7 @@ impl Table {
                 pins: 0,
                 detached: false,
                 unverified: None,
+                check: None,
                 in_lru: false,
                 ready_at: Instant::now(),
                 queued: false,
@@ -461,6 +468,7 @@ impl Table {
             dst: claimed.slot,
             to: to_placement,
             evicted: claimed.evicted,
+            check: self.slots[src as usize].check,
         })
     }
 
@@ -500,6 +508,7 @@ impl Table {
         dst.pins = 0;
         dst.detached = false;
         dst.unverified = None;
+        dst.check = m.check;
         dst.queued = false;
         dst.ready_at = Instant::now();
         self.lru_push(m.dst);
@@ -561,6 +570,7 @@ impl Table {
         slot.pins = pins;
         slot.detached = false;
         slot.unverified = None;
+        slot.check = None;
         placement
     }
 
@@ -571,7 +581,13 @@ impl Table {
     pub fn restore(&mut self, lines: Vec<RestoredLine>) -> usize {
         let mut restored = 0;
         for line in lines {
-            let id = line.slot;
+            // The kept file is the main tier, whose slots follow RAM's.
+            let Some(id) = (line.slot as usize)
+                .checked_add(self.ram_slots)
+                .and_then(|id| SlotId::try_from(id).ok())
+            else {
+                continue;
+            };
             let name = (line.store.as_str(), line.key.as_str(), line.etag.as_str());
             let taken = self
                 .slots
@@ -585,6 +601,7 @@ impl Table {
             let slot = &mut self.slots[id as usize];
             slot.phase = Phase::Ready;
             slot.unverified = Some(line.check);
+            slot.check = Some(line.check);
             self.lru_push(id);
             restored += 1;
         }
@@ -608,14 +625,26 @@ impl Table {
         }
     }
 
-    /// The name of the object whose line an inbound slot's fill just completed, if the line is
-    /// still in the catalog (worth keeping for the next process).
-    pub fn attached_name(&self, id: SlotId) -> Option<Arc<ObjectName>> {
+    /// A persistent cache's line just filled into `id` (or moved there) has `check`: kept with
+    /// the line, and returned as the index's record if the slot lies in the kept file (the main
+    /// tier) and the line is still in the catalog (worth keeping for the next process).
+    pub fn keep_check(&mut self, id: SlotId, check: Check) -> Option<Stored> {
+        self.slots[id as usize].check = Some(check);
+        self.kept_line(id)
+    }
+
+    /// The index's record of the clean line in `id`, if it lies in the kept file (the main
+    /// tier), is still in the catalog and has a check.
+    pub fn kept_line(&self, id: SlotId) -> Option<Stored> {
         let slot = &self.slots[id as usize];
-        if slot.detached {
-            return None;
-        }
-        slot.owner.as_ref().map(|(name, _)| Arc::clone(name))
+        let kept_slot = (id as usize).checked_sub(self.ram_slots)?;
+        let (name, placement) = slot.owner.as_ref().filter(|_| !slot.detached)?;
+        Some(Stored {
+            slot: u32::try_from(kept_slot).ok()?,
+            name: Arc::clone(name),
+            line: placement.line,
+            check: slot.check?,
+        })
     }
 
     /// The fill of an inbound slot stored the whole line. Returns the placement to release if the
@@ -717,6 +746,7 @@ impl Table {
         slot.phase = Phase::Free;
         slot.detached = false;
         slot.unverified = None;
+        slot.check = None;
         slot.queued = false;
         let released = slot.owner.take().map(|(_, placement)| placement);
         let tier = self.tier(id);

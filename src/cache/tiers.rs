@@ -121,8 +121,17 @@ fn migrate(shared: &Shared, m: Migration, buf: &mut [u8], direction: Move) {
     if let Err(e) = &copied {
         tracing::debug!(error = %e, "moving a cache line between tiers failed");
     }
-    let (committed, released) = shared.table().finish_migration(&m, copied.is_ok());
+    let (committed, released, kept) = {
+        let mut table = shared.table();
+        let (committed, released) = table.finish_migration(&m, copied.is_ok());
+        // A line moved down into the kept file (a persistent cache) is indexed there.
+        let kept = committed.then(|| table.kept_line(m.dst)).flatten();
+        (committed, released, kept)
+    };
     shared.release(released);
+    if let (Some(stored), Some(persisted)) = (kept, &shared.persisted) {
+        persisted.record(stored);
+    }
     let counter = match (committed, direction) {
         (false, _) => &shared.counters.migrations_abandoned,
         (true, Move::Up) => &shared.counters.promotions,

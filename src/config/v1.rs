@@ -392,12 +392,12 @@ fn parse_cache(
         check_absolute(s, "cache_dir_path", &dir_path)?;
     }
     let persistent = raw.cache_persistent.value_or(false);
-    if persistent && storage != CacheStorage::MappedFile {
+    if persistent && !matches!(storage, CacheStorage::MappedFile | CacheStorage::Tiered) {
         return Err(s.invalid(
             "cache_persistent",
             format!(
-                "needs cache_storage: mapped-file (lines kept across restarts live in one file); \
-                 cache_storage is {}",
+                "needs cache_storage: mapped-file or tiered (lines kept across restarts live in \
+                 one file, tiered's disk tier); cache_storage is {}",
                 storage_name(storage)
             ),
         ));

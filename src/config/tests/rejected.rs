@@ -204,8 +204,8 @@ fn a_persistent_cache_needs_one_mapped_file_and_a_directory_of_its_own() {
             "c.yaml",
             "msfs_version: 1\ncache_persistent: true\ncache_storage: ram\n"
         ),
-        "c.yaml: cache_persistent: needs cache_storage: mapped-file (lines kept across restarts \
-         live in one file); cache_storage is ram"
+        "c.yaml: cache_persistent: needs cache_storage: mapped-file or tiered (lines kept \
+         across restarts live in one file, tiered's disk tier); cache_storage is ram"
     );
     assert_eq!(
         error("c.yaml", "msfs_version: 1\ncache_persistent: true\n"),
@@ -236,7 +236,7 @@ fn warm_entries_stay_below_the_backend_root() {
 }
 
 #[test]
-fn a_tiered_cache_needs_a_ram_line_and_keeps_nothing_across_restarts() {
+fn a_tiered_cache_needs_a_ram_line_and_may_keep_its_disk_tier() {
     assert_eq!(
         error(
             "c.yaml",
@@ -244,14 +244,12 @@ fn a_tiered_cache_needs_a_ram_line_and_keeps_nothing_across_restarts() {
         ),
         "c.yaml: cache_ram_lines: must be at least 1 with cache_storage: tiered"
     );
-    assert_eq!(
-        error(
-            "c.yaml",
-            "msfs_version: 1\ncache_storage: tiered\ncache_persistent: true\ncache_dir_path: /c\n"
-        ),
-        "c.yaml: cache_persistent: needs cache_storage: mapped-file (lines kept across restarts \
-         live in one file); cache_storage is tiered"
+    let parsed = parse(
+        "c.yaml",
+        "msfs_version: 1\ncache_storage: tiered\ncache_persistent: true\ncache_dir_path: /c\n",
     );
+    assert!(parsed.config.cache.persistent);
+    assert_eq!(parsed.config.cache.storage, CacheStorage::Tiered);
 }
 
 #[test]

@@ -30,6 +30,10 @@ pub const EXPECTATIONS: &[(&str, Expectation)] = &[
     ("example-pv-anonymous", |d, s| example_pv(d, s, "anonymous")),
     ("hostpath-ram-cache", host_path_cache_sizes_memory),
     ("persistent-cache-on-the-node", persistent_cache_on_the_node),
+    (
+        "tiered-persistent-cache",
+        tiered_cache_sizes_memory_by_its_ram_tier,
+    ),
     ("per-inode-file-size-limit", per_inode_cache_on_disk),
     ("metrics-everywhere", service_monitor_and_otlp_endpoint),
     ("metrics-off", metrics_off_leaves_no_address_or_service),
@@ -175,6 +179,29 @@ fn persistent_cache_on_the_node(docs: &[Value], scenario: &str) {
         str_at(pod.volume("cache").expect("cache volume"), "hostPath.path"),
         Some("/var/cache/msfs-csi"),
         "the kept lines live on the node, so an upgrade (a new pod) finds them"
+    );
+}
+
+fn tiered_cache_sizes_memory_by_its_ram_tier(docs: &[Value], scenario: &str) {
+    let config = at(only(docs, "ConfigMap", scenario), "data")["config.yaml"]
+        .as_str()
+        .unwrap_or("");
+    for wanted in [
+        "cache_storage: tiered",
+        "cache_ram_lines: 16",
+        "cache_persistent: true",
+    ] {
+        assert!(
+            config.lines().any(|line| line.trim() == wanted),
+            "{wanted} in the node config:\n{config}"
+        );
+    }
+    let pod = NodePod::in_docs(docs, scenario);
+    // 256 MiB + 10 MiB x 16 RAM lines: the disk tier is not the process's memory.
+    assert_eq!(
+        str_at(pod.plugin.value, "resources.limits.memory"),
+        Some("416Mi"),
+        "a tiered cache's memory is its RAM tier"
     );
 }
 

@@ -132,6 +132,15 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "tiered-persistent-cache",
+        sets: &[
+            "nodeConfig.cacheStorage=tiered",
+            "nodeConfig.cacheRamLines=16",
+            "nodeConfig.cachePersistent=true",
+            "nodeConfig.cacheVolume.type=hostPath",
+        ],
+    },
+    Scenario {
         name: "per-inode-file-size-limit",
         sets: &[
             "nodeConfig.cacheStorage=per-inode-file",
@@ -196,6 +205,8 @@ pub const REFUSED_VALUES: &[(&[&str], &str)] = &[
         ],
         "cachePersistent",
     ),
+    (&["nodeConfig.cacheRamLines=16"], "cacheRamLines"),
+    (&["nodeConfig.cacheRamLines=-1"], "cacheRamLines"),
     (
         &["nodeConfig.extra.cache_persistent=true"],
         "cache_persistent",

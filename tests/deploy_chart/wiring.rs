@@ -386,10 +386,15 @@ fn cache_dir(node_config: &Value, pod: &NodePod, out: &mut Findings) {
 /// not throttled.
 fn memory(node_config: &Value, plugin: &Container, out: &mut Findings) {
     let storage = str_at(node_config, "cache_storage").unwrap_or("mapped-file");
+    // Of a tiered cache, the RAM tier is the process's memory; its disk tier is what it adds.
+    let lines = match storage {
+        "tiered" => at(node_config, "cache_ram_lines").as_u64(),
+        _ => at(node_config, "cache_lines").as_u64(),
+    };
     let capacity = at(node_config, "cache_line_size")
         .as_u64()
         .unwrap_or(10_485_760)
-        * at(node_config, "cache_lines").as_u64().unwrap_or(128);
+        * lines.unwrap_or(128);
     let limit = str_at(plugin.value, "resources.limits.memory").and_then(quantity_bytes);
     let request = str_at(plugin.value, "resources.requests.memory").and_then(quantity_bytes);
     match (limit, request) {

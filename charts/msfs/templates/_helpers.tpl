@@ -51,16 +51,32 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 Memory of the plugin container, in MiB:
   memoryOverheadMiB + ceil(cacheLineSize x cacheLines / 1 MiB)
 The cache term counts for cacheStorage ram and mapped-file, whose lines are the process's
-memory; per-inode-file keeps them in files under cacheDirPath (the page cache), so it is 0.
+memory; per-inode-file keeps them in files under cacheDirPath (the page cache), so it is 0;
+tiered counts its RAM tier (cacheRamLines), its disk tier being the capacity it adds beyond
+memory, on the cache volume.
 Defaults: 256 + 10485760 x 128 / 1048576 = 256 + 1280 = 1536 MiB.
 */}}
 {{- define "msfs.cacheMiB" -}}
 {{- $c := .Values.nodeConfig -}}
 {{- if eq $c.cacheStorage "per-inode-file" -}}
 0
+{{- else if eq $c.cacheStorage "tiered" -}}
+{{- $bytes := mul (int64 $c.cacheLineSize) (int64 (include "msfs.cacheRamLines" .)) -}}
+{{- div (add $bytes 1048575) 1048576 -}}
 {{- else -}}
 {{- $bytes := mul (int64 $c.cacheLineSize) (int64 $c.cacheLines) -}}
 {{- div (add $bytes 1048575) 1048576 -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The RAM tier of cacheStorage tiered: cacheRamLines, or msfs's default, a quarter of
+cacheLines (at least 1). */}}
+{{- define "msfs.cacheRamLines" -}}
+{{- $c := .Values.nodeConfig -}}
+{{- if gt (int64 $c.cacheRamLines) 0 -}}
+{{- int64 $c.cacheRamLines -}}
+{{- else -}}
+{{- max 1 (div (int64 $c.cacheLines) 4) -}}
 {{- end -}}
 {{- end -}}
 
@@ -74,8 +90,11 @@ Defaults: 256 + 10485760 x 128 / 1048576 = 256 + 1280 = 1536 MiB.
 {{- if ge (int64 $c.cacheLinesToPrefetch) (int64 $c.cacheLines) -}}
 {{- fail (printf "nodeConfig.cacheLinesToPrefetch (%d) must be less than nodeConfig.cacheLines (%d): read-ahead filling the cache would evict the line being read" (int64 $c.cacheLinesToPrefetch) (int64 $c.cacheLines)) -}}
 {{- end -}}
-{{- if and $c.cachePersistent (ne $c.cacheStorage "mapped-file") -}}
-{{- fail (printf "nodeConfig.cachePersistent needs nodeConfig.cacheStorage mapped-file (got %s): the kept lines live in one file" $c.cacheStorage) -}}
+{{- if and $c.cachePersistent (ne $c.cacheStorage "mapped-file") (ne $c.cacheStorage "tiered") -}}
+{{- fail (printf "nodeConfig.cachePersistent needs nodeConfig.cacheStorage mapped-file or tiered (got %s): the kept lines live in one file" $c.cacheStorage) -}}
+{{- end -}}
+{{- if and (gt (int64 $c.cacheRamLines) 0) (ne $c.cacheStorage "tiered") -}}
+{{- fail (printf "nodeConfig.cacheRamLines (%d) is the RAM tier of nodeConfig.cacheStorage tiered (got %s)" (int64 $c.cacheRamLines) $c.cacheStorage) -}}
 {{- end -}}
 {{- $config := dict
   "msfs_version" 1
@@ -90,6 +109,9 @@ Defaults: 256 + 10485760 x 128 / 1048576 = 256 + 1280 = 1536 MiB.
   "write_dirty_limit_bytes" (int64 $c.writeDirtyLimitBytes)
   "multipart_upload_threshold_bytes" (int64 $c.multipartUploadThresholdBytes)
 -}}
+{{- if eq $c.cacheStorage "tiered" }}
+{{- $_ := set $config "cache_ram_lines" (int64 (include "msfs.cacheRamLines" .)) -}}
+{{- end }}
 {{- with .Values.metrics.otlp.endpoint }}
 {{- $exporter := dict "type" "otlp" "options" (dict "endpoint" . "insecure" $.Values.metrics.otlp.insecure) -}}
 {{- $reader := dict "type" "periodic" "options" (dict "export_interval_millis" (int64 $.Values.metrics.otlp.exportIntervalMillis)) -}}

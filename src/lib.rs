@@ -16,6 +16,7 @@ pub mod fuse;
 pub mod holder;
 pub mod manifest;
 pub mod private_dir;
+pub mod residency;
 pub mod store;
 pub mod telemetry;
 pub mod warm;

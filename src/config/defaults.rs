@@ -6,6 +6,8 @@ pub(super) const MOUNTPOINT: &str = "/mnt";
 pub(super) const FUSE_WORKERS: usize = 0;
 pub(super) const ROOT_DIR_PERM: u16 = 0o555;
 pub(super) const ALLOW_OTHER: bool = true;
+/// Ours: a FUSE server's code paged out stalls every request (see `crate::residency`).
+pub(super) const LOCK_CODE_IN_MEMORY: bool = true;
 pub(super) const MAX_WRITE: u32 = 131_072;
 /// The kernel's writeback cache is off unless asked for (ours): with it, the kernel owns the
 /// size and mtime of a cached file, so other writers' changes to it go unseen.

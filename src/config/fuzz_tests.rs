@@ -41,6 +41,7 @@ const TOP_KEYS: &[&str] = &[
     "gid",
     "dir_perm",
     "allow_other",
+    "lock_code_in_memory",
     "max_write",
     "fuse_writeback_cache",
     "fuse_passthrough",
@@ -351,6 +352,7 @@ fn plausible(key: &str) -> BoxedStrategy<Value> {
         _ if child_keys(key).is_some() || key == "backends" || key == "profiles" => any_value(),
         // Booleans are read from booleans or "true"/"false" strings.
         "allow_other"
+        | "lock_code_in_memory"
         | "mapped_cache"
         | "write_cache_promotion"
         | "cache_persistent"

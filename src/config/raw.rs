@@ -26,6 +26,7 @@ pub(super) struct V1 {
     pub gid: Option<Whole<u32>>,
     pub dir_perm: Option<Perm>,
     pub allow_other: Option<Flag>,
+    pub lock_code_in_memory: Option<Flag>,
     pub max_write: Option<Whole<u32>>,
     pub fuse_writeback_cache: Option<Flag>,
     pub fuse_passthrough: Option<Flag>,

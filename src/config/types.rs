@@ -27,6 +27,9 @@ pub struct Config {
     /// Mode bits of the mount's root directory.
     pub dir_perm: u16,
     pub allow_other: bool,
+    /// `mlock` the executable's and shared libraries' mappings at start (ours; see
+    /// `crate::residency`).
+    pub lock_code_in_memory: bool,
     /// Largest write the kernel sends in one request, in bytes.
     pub max_write: u32,
     /// Ask the kernel for its writeback cache (`FUSE_WRITEBACK_CACHE`): `write()` lands in the

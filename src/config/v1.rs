@@ -62,6 +62,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         gid: ids.gid,
         dir_perm: d::ROOT_DIR_PERM,
         allow_other: d::ALLOW_OTHER,
+        lock_code_in_memory: d::LOCK_CODE_IN_MEMORY,
         max_write: d::MAX_WRITE,
         fuse_writeback_cache: d::FUSE_WRITEBACK_CACHE,
         fuse_passthrough: d::FUSE_PASSTHROUGH,
@@ -125,6 +126,7 @@ pub(super) fn parse_v1(
     c.gid = raw.gid.value_or(ids.gid);
     c.dir_perm = raw.dir_perm.value_or(d::ROOT_DIR_PERM);
     c.allow_other = raw.allow_other.value_or(d::ALLOW_OTHER);
+    c.lock_code_in_memory = raw.lock_code_in_memory.value_or(d::LOCK_CODE_IN_MEMORY);
     c.max_write = raw.max_write.value_or(d::MAX_WRITE);
     if c.max_write < 4096 {
         return Err(s.invalid("max_write", "must be at least 4096 (one page)"));

@@ -162,6 +162,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
     let (serving, _) = Serving::take(&plugin_lock, true, "the CSI plugin of this state directory")
         .map_err(|e| format!("cannot take the plugin's lock: {e}"))?
         .ok_or("the plugin's lock was not taken")?;
+    crate::residency::lock_code_as_configured(options.config.lock_code_in_memory);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("msfs-csi")

@@ -63,6 +63,7 @@ pub enum DaemonError {
 /// Mounts `config` at `mountpoint` (or takes over the live mount there, as `survival` says) and
 /// serves until unmounted or signalled.
 pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<(), DaemonError> {
+    crate::residency::lock_code_as_configured(config.lock_code_in_memory);
     let survival = MountSurvival::new(&survival, &mountpoint);
     // First of all: a successor touches nothing (uploads, spills, the mount) until the process
     // serving now has handed over.

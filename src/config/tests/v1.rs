@@ -12,6 +12,7 @@ uid: 1000
 gid: 1001
 dir_perm: "750"
 allow_other: false
+lock_code_in_memory: false
 max_write: 1048576
 fuse_writeback_cache: true
 entry_attr_ttl: 5000
@@ -83,6 +84,7 @@ fn full_v1_expected(source: &str) -> Config {
         gid: 1001,
         dir_perm: 0o750,
         allow_other: false,
+        lock_code_in_memory: false,
         max_write: 1_048_576,
         fuse_writeback_cache: true,
         fuse_passthrough: false,

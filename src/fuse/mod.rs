@@ -412,7 +412,8 @@ impl Filesystem for FuseAdapter {
         // `handle_truncate`), so such an open of a program being run failed with ETXTBSY only
         // after msfs had emptied the file under the program (pjdfstest `open::etxtbsy`; the
         // program died of SIGBUS). Without it the kernel checks first and then sends a setattr
-        // of size 0 with the open handle: one more request, answered without the store.
+        // of size 0, without the handle (`Fs::set_size` leaves its commit to the handle's
+        // close): one more request, answered without the store.
         let wanted = if self.writeback_cache {
             wanted | InitFlags::FUSE_WRITEBACK_CACHE
         } else {

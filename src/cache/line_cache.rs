@@ -26,7 +26,7 @@ use tokio::sync::{Semaphore, watch};
 
 use super::error::{CacheError, duplicate, storage_error};
 use super::fetch::{Fill, RunLine, exact_length, spawn_fetch};
-use super::persist::{self, Check, Persisted};
+use super::persist::{self, Check, Persisted, ToRestore};
 use super::stats::{Counters, bump};
 use super::storage::{self, LineStorage};
 use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table};
@@ -103,6 +103,9 @@ pub(super) struct Shared {
     /// `cache_storage: tiered`: the RAM tier's size in lines, and the mover's doorbell.
     ram_lines: usize,
     pub(super) mover: Option<tiers::Doorbell>,
+    /// True once the lines an earlier process kept are all back (at once when there are none);
+    /// closed if the restore ended without saying so. See [`LineCache::wait_for_kept_lines`].
+    restored: watch::Receiver<bool>,
 }
 
 impl Shared {
@@ -124,6 +127,38 @@ impl Shared {
         let start = line.saturating_mul(self.line_size);
         start..start.saturating_add(self.line_size).min(size)
     }
+}
+
+/// Puts the lines an earlier process kept back into `shared`'s table in the background, a batch
+/// per lock, and says so on `done` at the end (see `persist`).
+fn start_restore(
+    shared: &Arc<Shared>,
+    persisted: &Persisted,
+    kept: ToRestore,
+    dir: &Path,
+    done: watch::Sender<bool>,
+) {
+    let weak = Arc::downgrade(shared);
+    let deliver = move |batch| {
+        // Gone: the cache was dropped, nothing is left to restore into.
+        let Some(shared) = weak.upgrade() else {
+            return false;
+        };
+        let restored = shared.table().restore(batch);
+        bump(&shared.counters.lines_restored, restored as u64);
+        true
+    };
+    let weak = Arc::downgrade(shared);
+    let dir = dir.to_path_buf();
+    let finished = move |took: std::time::Duration| {
+        if let Some(shared) = weak.upgrade() {
+            let lines = shared.counters.lines_restored.load(Ordering::Relaxed);
+            tracing::info!(dir = %dir.display(), lines, seconds = took.as_secs_f64(),
+                "cache lines kept by an earlier process restored (checked at first read)");
+        }
+        done.send_replace(true);
+    };
+    persisted.start_restore(kept, deliver, finished);
 }
 
 impl LineCache {
@@ -158,25 +193,23 @@ impl LineCache {
             true => persist::open(&parent, line_size, lines)?,
             false => None,
         };
-        let mut table = Table::tiered(ram_lines, lines);
-        let (dir, storage, persisted) = match kept {
+        let table = Table::tiered(ram_lines, lines);
+        let (dir, storage, persisted, to_restore) = match kept {
             Some(opened) => {
                 let storage = storage::open_kept(&opened.dir, line_size, lines, ram_lines)?;
-                let restored = table.restore(opened.restored);
-                tracing::info!(dir = %opened.dir.display(), lines = restored,
-                    "cache lines kept by an earlier process restored (checked at first read)");
-                (CacheDir::Kept(opened.dir), storage, Some(opened.persisted))
+                let dir = CacheDir::Kept(opened.dir);
+                (dir, storage, Some(opened.persisted), opened.to_restore)
             }
             None => {
                 let dir = PrivateDir::create(&parent, "msfs-cache")
                     .map_err(|(path, source)| CacheError::CreateDir { path, source })?;
                 let storage =
                     storage::open(config.storage, dir.path(), line_size, lines, ram_lines)?;
-                (CacheDir::Private(dir), storage, None)
+                (CacheDir::Private(dir), storage, None, None)
             }
         };
         let counters = Counters::default();
-        bump(&counters.lines_restored, table.resident() as u64);
+        let (restore_done, restored) = watch::channel(to_restore.is_none());
         let budget = config
             .lines_to_prefetch
             .saturating_mul(PREFETCH_STREAMS)
@@ -209,9 +242,13 @@ impl LineCache {
             storage,
             object_file_lines: AtomicUsize::new(0),
             persisted,
+            restored,
         });
         if let Some(e) = mover_error {
             return Err(CacheError::Mover(e));
+        }
+        if let (Some(kept), Some(persisted)) = (to_restore, &shared.persisted) {
+            start_restore(&shared, persisted, kept, dir.path(), restore_done);
         }
         Ok(Arc::new(LineCache { shared, dir }))
     }
@@ -579,6 +616,29 @@ impl LineCache {
         Ok(cached_before)
     }
 
+    /// While the lines an earlier process kept are still going back (`persist`), a read of
+    /// `range` that would fetch a line waits for the restore to end first: the line may be
+    /// among them, and a restart should cost no GET for what was kept. A read of lines already
+    /// present never waits.
+    async fn wait_for_kept_lines(&self, scope: &str, object: &ObjectVersion, range: Range<u64>) {
+        let ls = self.shared.line_size;
+        let missing = {
+            let table = self.shared.table();
+            (range.start / ls..=(range.end - 1) / ls)
+                .any(|line| !table.contains(scope, &object.key, &object.etag, line))
+        };
+        if missing {
+            // An error is the restore gone without a word: nothing more to wait for.
+            let _ = self.shared.restored.clone().wait_for(|done| *done).await;
+        }
+    }
+
+    /// Blocks until the lines an earlier process kept are back (tests).
+    #[cfg(test)]
+    pub(super) fn wait_restored(&self) {
+        let _ = futures::executor::block_on(self.shared.restored.clone().wait_for(|done| *done));
+    }
+
     /// Checks a restored line (pinned by the caller) against the checksum it was indexed with,
     /// and settles it: an ordinary clean line if it holds `line_len` bytes that match, dropped
     /// from the cache (for the caller to fetch it again) if not.
@@ -794,6 +854,10 @@ impl ObjectReader for LineCache {
         if object.etag.is_empty() {
             // Without an ETag, cached bytes could not be told from a later version's.
             return self.direct(store, object, range.start..end).await;
+        }
+        if !*self.shared.restored.borrow() {
+            self.wait_for_kept_lines(store.cache_scope(), object, range.start..end)
+                .await;
         }
         let segments = self.plan(store, object, range.start..end, sequential);
         let mut parts =

@@ -12,6 +12,13 @@
 //! served only for the object version, and to the signers, it was fetched for — exactly as in
 //! the process that fetched it.
 //!
+//! The lines go back in the background ([`Persisted::start_restore`]), a batch per table lock,
+//! so that a start — a CSI plugin taking over live mounts above all — never waits for an index
+//! of a million lines (about 1.3 s here). Meanwhile the cache serves what is back, and a read
+//! that would fetch waits for the rest instead (`LineCache::read`), so a restart still costs no
+//! GET for a kept line. A slot this process has used is never restored into: its index record
+//! may already be the new line's, and the restore reads the index as it was at start.
+//!
 //! Nothing on the read path waits for the index: a fill that completes sends its record to a
 //! writer thread, which commits them in batches (one fsync per batch). What the index may lag
 //! by is harmless, because the checksum, not the order of writes, decides what is served:
@@ -25,6 +32,7 @@
 //! same `cache_dir_path` gets an ordinary private cache (and says so in its log).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -56,6 +64,10 @@ const FORMAT: u64 = 1;
 const BATCH_RECORDS: usize = 4096;
 const BATCH_WINDOW: Duration = Duration::from_millis(100);
 
+/// Lines put back per table lock by the restore: about 3 ms of the lock here, so readers
+/// meanwhile wait no longer than for an ordinary busy moment.
+const RESTORE_BATCH: usize = 4096;
+
 /// What the first read of a restored line checks before serving it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Check {
@@ -84,18 +96,31 @@ pub(super) struct Stored {
     pub check: Check,
 }
 
-/// The open index of a persistent cache: the writer thread and the channel to it.
+/// The open index of a persistent cache: the writer thread and the channel to it, and the
+/// thread restoring the lines an earlier process kept.
 pub(super) struct Persisted {
     /// `None` once closed.
     sender: Mutex<Option<Sender<Stored>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    restorer: Mutex<Option<JoinHandle<()>>>,
+    /// Tells the restorer to stop at its next batch (the cache is closing).
+    stop_restoring: Arc<AtomicBool>,
 }
 
 /// The persistent directory, once opened for this process.
 pub(super) struct Opened {
     pub dir: PathBuf,
     pub persisted: Persisted,
-    pub restored: Vec<RestoredLine>,
+    /// The lines to restore, if the index holds any for this geometry.
+    pub to_restore: Option<ToRestore>,
+}
+
+/// The index's lines as an earlier process left them, for [`Persisted::start_restore`].
+pub(super) struct ToRestore {
+    db: Arc<Database>,
+    path: PathBuf,
+    line_size: usize,
+    lines: usize,
 }
 
 /// Opens (creating it if needed) the persistent cache under `parent` for `lines` lines of
@@ -149,19 +174,19 @@ pub(super) fn open(
         (META_LINE_SIZE, line_size as u64),
         (META_LINES, lines as u64),
     ];
-    let restored = if same_geometry(&db, &geometry).map_err(index_error)? {
-        read_lines(&db, line_size, lines).map_err(index_error)?
-    } else {
+    let kept = same_geometry(&db, &geometry).map_err(index_error)?;
+    if !kept {
         // Another geometry, another format, or a new directory: no line is where the index
         // says. The line file is laid out anew by the storage (same name, new size).
         remove_if_present(&dir.join(LINES_FILE))?;
         reset(&db, &geometry).map_err(index_error)?;
-        Vec::new()
-    };
+    }
+    let db = Arc::new(db);
     let (sender, receiver) = mpsc::channel();
+    let writer_db = Arc::clone(&db);
     let writer = std::thread::Builder::new()
         .name("msfs-cache-index".into())
-        .spawn(move || write_batches(&db, &receiver))
+        .spawn(move || write_batches(&writer_db, &receiver))
         .map_err(|source| CacheError::CreateFile {
             path: index_path.clone(),
             source,
@@ -171,8 +196,15 @@ pub(super) fn open(
         persisted: Persisted {
             sender: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(writer)),
+            restorer: Mutex::new(None),
+            stop_restoring: Arc::new(AtomicBool::new(false)),
         },
-        restored,
+        to_restore: kept.then_some(ToRestore {
+            db,
+            path: index_path,
+            line_size,
+            lines,
+        }),
     }))
 }
 
@@ -201,8 +233,53 @@ impl Persisted {
         }
     }
 
-    /// Commits what is queued and stops the writer; later records are dropped.
+    /// Restores `kept`'s lines on a thread of its own: each batch goes to `deliver` (which
+    /// returns false to stop), and `finished` gets how long it took, however it ended. If the
+    /// thread cannot start, nothing is restored and both are dropped unrun: a caller waiting
+    /// for the end must take a drop for one (as a `watch::Sender` does).
+    pub fn start_restore(
+        &self,
+        kept: ToRestore,
+        mut deliver: impl FnMut(Vec<RestoredLine>) -> bool + Send + 'static,
+        finished: impl FnOnce(Duration) + Send + 'static,
+    ) {
+        let stop = Arc::clone(&self.stop_restoring);
+        let spawned = std::thread::Builder::new()
+            .name("msfs-cache-restore".into())
+            .spawn(move || {
+                let started = Instant::now();
+                let keep_going = |batch| !stop.load(Ordering::Relaxed) && deliver(batch);
+                if let Err(e) = read_batches(&kept, keep_going) {
+                    // The lines not yet back are fetched again when read: a cost, not a fault.
+                    tracing::warn!(path = %kept.path.display(), error = %e,
+                        "cannot read the persistent cache's index; its remaining lines are \
+                         fetched again when read");
+                }
+                finished(started.elapsed());
+            });
+        match spawned {
+            Ok(handle) => {
+                *self.restorer.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+            }
+            Err(e) => tracing::warn!(error = %e,
+                "cannot start restoring the persistent cache's lines; the cache starts empty"),
+        }
+    }
+
+    /// Commits what is queued and stops the writer and the restorer; later records are dropped.
     pub fn close(&self) {
+        self.stop_restoring.store(true, Ordering::Relaxed);
+        let restorer = self
+            .restorer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // Never joined from its own thread (were the cache's last user dropped there).
+        if let Some(restorer) = restorer
+            && restorer.thread().id() != std::thread::current().id()
+        {
+            let _ = restorer.join();
+        }
         drop(
             self.sender
                 .lock()
@@ -255,27 +332,28 @@ fn reset(db: &Database, geometry: &[(&str, u64)]) -> Result<(), redb::Error> {
     Ok(())
 }
 
-/// Every indexed line that fits the geometry (an index is never trusted further than that).
-fn read_lines(
-    db: &Database,
-    line_size: usize,
-    lines: usize,
-) -> Result<Vec<RestoredLine>, redb::Error> {
-    let txn = db.begin_read()?;
+/// Hands every indexed line that fits the geometry (an index is never trusted further than
+/// that) to `deliver`, [`RESTORE_BATCH`] at a time, until it returns false. One read
+/// transaction: the index as it was when the restore began, whatever the writer adds meanwhile.
+fn read_batches(
+    kept: &ToRestore,
+    mut deliver: impl FnMut(Vec<RestoredLine>) -> bool,
+) -> Result<(), redb::Error> {
+    let txn = kept.db.begin_read()?;
     let table = match txn.open_table(LINES) {
         Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    let mut restored = Vec::new();
+    let mut batch = Vec::with_capacity(RESTORE_BATCH);
     for entry in table.iter()? {
         let (slot, record) = entry?;
         let slot = slot.value();
         let (store, key, etag, line, len, crc) = record.value();
-        if slot as usize >= lines || len == 0 || len as usize > line_size {
+        if slot as usize >= kept.lines || len == 0 || len as usize > kept.line_size {
             continue;
         }
-        restored.push(RestoredLine {
+        batch.push(RestoredLine {
             slot,
             store: store.to_string(),
             key: key.to_string(),
@@ -283,8 +361,14 @@ fn read_lines(
             line,
             check: Check { len, crc },
         });
+        if batch.len() == RESTORE_BATCH && !deliver(std::mem::take(&mut batch)) {
+            return Ok(());
+        }
     }
-    Ok(restored)
+    if !batch.is_empty() {
+        deliver(batch);
+    }
+    Ok(())
 }
 
 /// The writer thread: one commit per batch until the channel closes, then the last one.

@@ -27,8 +27,11 @@ fn persistent_config(parent: &Path, lines: u64) -> CacheConfig {
     }
 }
 
+/// A persistent cache whose kept lines are all back (the restore runs in the background).
 fn persistent(parent: &Path, lines: u64) -> Arc<LineCache> {
-    LineCache::new(&persistent_config(parent, lines)).expect("persistent cache")
+    let cache = LineCache::new(&persistent_config(parent, lines)).expect("persistent cache");
+    cache.wait_restored();
+    cache
 }
 
 /// A store over a directory, and objects written into it.
@@ -116,6 +119,70 @@ async fn lines_outlive_the_cache_and_are_served_without_a_fetch() {
     drop(second);
     let third = persistent(parent.path(), LINES);
     assert_eq!(third.stats().lines_restored, 5);
+}
+
+/// The kept lines go back in the background: a read straight after the start, racing the
+/// restore, waits for a line not back yet instead of fetching it. Enough lines for several of
+/// the restore's batches, so that the read usually starts while it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_during_the_restore_waits_for_the_kept_lines_instead_of_fetching() {
+    const MANY: u64 = 5_000;
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let object = objects.put("obj", MANY * LINE, 4).await;
+    let first = persistent(parent.path(), MANY);
+    assert_eq!(
+        objects.read_all(&first, &object).await,
+        patterned(4, object.size)
+    );
+    drop(first);
+    let fetched = objects.test_store.gets_of("obj");
+
+    let second = LineCache::new(&persistent_config(parent.path(), MANY)).expect("second cache");
+    // The last line first: the restore reads the index in slot order, so it comes back last.
+    let last = (MANY - 1) * LINE..MANY * LINE;
+    let bytes = second
+        .read(&objects.store, &object, last.clone(), false)
+        .await
+        .expect("read");
+    assert_eq!(
+        &bytes[..],
+        &patterned(4, object.size)[last.start as usize..last.end as usize]
+    );
+    assert_eq!(
+        objects.read_all(&second, &object).await,
+        patterned(4, object.size)
+    );
+    assert_eq!(
+        objects.test_store.gets_of("obj"),
+        fetched,
+        "a kept line was fetched again"
+    );
+    assert_eq!(second.stats().lines_restored, MANY);
+    assert_eq!(second.stats().lines_rejected, 0);
+}
+
+/// Dropping a cache while it restores stops the restore and frees the directory at once for
+/// the next cache (a restarted mount in the same process must not find it locked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_dropped_while_restoring_frees_its_directory() {
+    const MANY: u64 = 5_000;
+    let parent = tempfile::tempdir().expect("cache parent");
+    let objects = Objects::new();
+    let object = objects.put("obj", MANY * LINE, 5).await;
+    let first = persistent(parent.path(), MANY);
+    objects.read_all(&first, &object).await;
+    drop(first);
+    for _ in 0..3 {
+        drop(LineCache::new(&persistent_config(parent.path(), MANY)).expect("cache"));
+    }
+    let last = persistent(parent.path(), MANY);
+    assert_eq!(
+        last.dir(),
+        parent.path().join(DIR_NAME),
+        "the kept directory"
+    );
+    assert_eq!(last.stats().lines_restored, MANY);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,12 +317,14 @@ async fn a_damaged_index_costs_the_kept_lines_not_the_mount() {
 async fn a_tiered_cache_keeps_the_lines_of_its_disk_tier() {
     const RAM: u64 = 4;
     let tiered = |parent: &Path| {
-        LineCache::new(&CacheConfig {
+        let cache = LineCache::new(&CacheConfig {
             storage: CacheStorage::Tiered,
             ram_lines: RAM,
             ..persistent_config(parent, LINES)
         })
-        .expect("tiered persistent cache")
+        .expect("tiered persistent cache");
+        cache.wait_restored();
+        cache
     };
     let parent = tempfile::tempdir().expect("cache parent");
     let objects = Objects::new();

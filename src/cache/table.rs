@@ -123,6 +123,9 @@ struct Slot {
     /// when it lies in a slot of the kept file (the main tier), kept with the line so that a
     /// line moving down from RAM is recorded there too.
     check: Option<Check>,
+    /// No line has been installed here by this process: the only slots a restore (which may
+    /// run while the cache serves, see `persist`) puts an earlier process's line back into.
+    untouched: bool,
     in_lru: bool,
     /// When the line became clean in this slot (fetched, restored or moved here).
     ready_at: Instant,
@@ -200,6 +203,7 @@ impl Table {
                 detached: false,
                 unverified: None,
                 check: None,
+                untouched: true,
                 in_lru: false,
                 ready_at: Instant::now(),
                 queued: false,
@@ -461,7 +465,9 @@ impl Table {
             ..from
         };
         self.next_tenant += 1;
-        self.slots[claimed.slot as usize].phase = Phase::Reserved;
+        let dst = &mut self.slots[claimed.slot as usize];
+        dst.phase = Phase::Reserved;
+        dst.untouched = false;
         Some(Migration {
             src,
             from,
@@ -571,13 +577,14 @@ impl Table {
         slot.detached = false;
         slot.unverified = None;
         slot.check = None;
+        slot.untouched = false;
         placement
     }
 
-    /// Puts lines kept by an earlier process back in their slots, clean and unverified, before
-    /// anything else uses the table. Skips a slot already taken and a line already present
-    /// (an index may name one line in two slots: refetched before the old slot was reused).
-    /// Returns how many were restored.
+    /// Puts lines kept by an earlier process back in their slots, clean and unverified. Skips a
+    /// slot this process has used (its index record may be newer than `lines`) and a line
+    /// already present (fetched meanwhile, or named twice by an index: refetched before the old
+    /// slot was reused). Returns how many were restored.
     pub fn restore(&mut self, lines: Vec<RestoredLine>) -> usize {
         let mut restored = 0;
         for line in lines {
@@ -592,7 +599,7 @@ impl Table {
             let taken = self
                 .slots
                 .get(id as usize)
-                .is_none_or(|slot| !matches!(slot.phase, Phase::Free));
+                .is_none_or(|slot| !slot.untouched || !matches!(slot.phase, Phase::Free));
             if taken || self.contains(name.0, name.1, name.2, line.line) {
                 continue;
             }
@@ -605,9 +612,12 @@ impl Table {
             self.lru_push(id);
             restored += 1;
         }
+        // Restored lines lie in the main tier only. One pass over its free list per batch:
+        // about a millisecond per million slots.
         let slots = &self.slots;
-        for free in &mut self.free {
-            free.retain(|&id| matches!(slots[id as usize].phase, Phase::Free));
+        if restored > 0 {
+            self.free[Tier::Main as usize]
+                .retain(|&id| matches!(slots[id as usize].phase, Phase::Free));
         }
         restored
     }
@@ -824,6 +834,45 @@ mod tests {
         assert_eq!(claimed.evicted.map(|p| p.line), Some(1));
         assert!(!table.contains("s", "k", "e", 1));
         assert!(table.contains("s", "k", "e", 0));
+    }
+
+    fn kept(slot: u32, line: u64) -> RestoredLine {
+        RestoredLine {
+            slot,
+            store: NAME.0.into(),
+            key: NAME.1.into(),
+            etag: NAME.2.into(),
+            line,
+            check: Check { len: 1, crc: 0 },
+        }
+    }
+
+    /// The restore runs while the cache serves: it fills only slots this process never used,
+    /// and never a line present already, and what it restored is resident, not free.
+    #[test]
+    fn a_restore_fills_only_slots_this_process_never_used() {
+        let mut table = Table::new(4);
+        // Line 1 fetched meanwhile, into slot 0: the restore must not put it in slot 2 too.
+        assert_eq!(fill(&mut table, 1), 0);
+        // Slot 1 used for another object and freed again: its kept record is older than that.
+        let other = table.claim().expect("a slot").slot;
+        assert_eq!(other, 1);
+        table.install(other, ("s", "other", "e"), 0, flight(), 0);
+        table.fill_succeeded(other);
+        table.invalidate("s", "other");
+        assert_eq!(table.resident(), 1);
+        let restored = table.restore(vec![kept(1, 0), kept(2, 1), kept(3, 3), kept(7, 4)]);
+        assert_eq!(restored, 1, "only line 3, in slot 3");
+        assert!(!table.contains("s", "k", "e", 0));
+        assert!(matches!(
+            table.pin("s", "k", "e", 3),
+            Some(Pinned::Unverified(p, _)) if p.slot == 3
+        ));
+        assert_eq!(table.resident(), 2);
+        // The free list lost slot 3: the next claims get slots 1 and 2.
+        let mut claimed: Vec<_> = (0..2).map(|_| table.claim().expect("free").slot).collect();
+        claimed.sort();
+        assert_eq!(claimed, [1, 2]);
     }
 
     #[test]

@@ -131,9 +131,16 @@ impl Fixture {
     }
 }
 
-/// Waits (without any deadline) until `done` holds; what is awaited happens in other tasks.
+/// Waits until `done` holds; what is awaited happens in other tasks or threads. A minute is
+/// not a timing assertion (a loaded machine takes milliseconds): it turns a wait that would
+/// never end into a failure that says so.
 pub(super) async fn until(mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting after a minute: what was awaited never happened"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
 }

@@ -16,7 +16,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 
 use super::line_cache::Shared;
 use super::stats::bump;
-use super::table::{Migration, Table};
+use super::table::{Migration, Placement, SlotId, Table};
 
 /// The mover's doorbell: a wake-up is one unit in a queue of one, so ringing never blocks and
 /// rings while it works fold into one more round.
@@ -52,8 +52,21 @@ fn run(shared: Weak<Shared>, wakes: Receiver<()>, line_size: usize) {
 }
 
 /// One round: demotions until RAM has its reserve of free slots, then the queued promotions
-/// (each demoting one more line first when RAM has no free slot).
+/// (each demoting one more line first when RAM has no free slot), and again until nothing is
+/// queued: promotions may have used up the reserve, and no read may come to ring again.
 fn move_lines(shared: &Shared, buf: &mut [u8]) {
+    loop {
+        demote_to_reserve(shared, buf);
+        let queued = shared.table().take_promotions();
+        if queued.is_empty() {
+            return;
+        }
+        promote(shared, queued, buf);
+    }
+}
+
+/// Moves RAM's least recently used clean lines down until RAM has its reserve of free slots.
+fn demote_to_reserve(shared: &Shared, buf: &mut [u8]) {
     loop {
         let demotion = {
             let mut table = shared.table();
@@ -64,10 +77,13 @@ fn move_lines(shared: &Shared, buf: &mut [u8]) {
         };
         match demotion {
             Some(m) => migrate(shared, m, buf, Move::Down),
-            None => break,
+            None => return,
         }
     }
-    let queued = shared.table().take_promotions();
+}
+
+/// Moves `queued` lines up to RAM, each demoting one more line first when RAM has no free slot.
+fn promote(shared: &Shared, queued: Vec<(SlotId, Placement)>, buf: &mut [u8]) {
     for (src, from) in queued {
         let mut m = shared.table().begin_promotion(src, from);
         if m.is_none() && !shared.table().ram_has_room() {

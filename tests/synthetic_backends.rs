@@ -313,3 +313,152 @@ async fn a_full_ram_backend_fails_writes_with_enospc_and_loses_nothing_acknowled
     std::fs::remove_file(root.join("b")).expect("rm b");
     write_synced(&root.join("g"), &pattern(6 * MIB, 7)).expect("g fits now");
 }
+
+/// The value of the Prometheus sample `series` (name and labels exactly as exposed), 0 when
+/// absent.
+fn sample(port: u16, series: &str) -> u64 {
+    let (status, text) = common::http_get(port, "/metrics").expect("scrape /metrics");
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |value| {
+            value.trim().parse::<f64>().expect("number") as u64
+        })
+}
+
+/// Polls `done` for up to a minute (a bound on a hang, not a timing assertion).
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `ls -l` of a directory of 10,000 files, with `evictable_inode_limit` at its smallest: the
+/// listing is whole, and the mount then holds no more inodes than the limit (the kernel was
+/// asked to drop the least recently used files' entries), every file still there when asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_bigger_than_the_inode_limit_leaves_at_most_the_limit_held() {
+    const FILES: usize = 10_000;
+    const LIMIT: u64 = 4096;
+    let port = common::free_port();
+    let config = config_yaml_with(
+        &format!(
+            "endpoint: http://127.0.0.1:{port}\nevictable_inode_limit: {LIMIT}\n\
+             ttl_check_interval: 50\n"
+        ),
+        &[backend(
+            "flat",
+            "PSEUDO",
+            "",
+            &[&format!("files_at_depth_0: {FILES}"), "file_size: 100"],
+        )],
+    );
+    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let root = m.path().join("flat");
+    let listing = run("ls", &["-l", root.to_str().expect("utf-8 path")]);
+    let files = listing.lines().filter(|l| l.starts_with('-')).count();
+    assert_eq!(files, FILES, "every file listed once");
+    assert!(
+        listing
+            .lines()
+            .filter(|l| l.starts_with('-'))
+            .all(|l| l.contains(" 100 "))
+    );
+    eventually("the mount holds at most the limit", || {
+        sample(port, "msfs_fuse_inodes") <= LIMIT
+    });
+    let asked = sample(port, "msfs_fuse_inodes_evicted_total");
+    assert!(
+        asked >= (FILES as u64) - LIMIT,
+        "asked the kernel to drop {asked}"
+    );
+    // Dropped entries are looked up again when used.
+    let first = root.join("file_00000000");
+    assert_eq!(std::fs::metadata(&first).expect("stat").len(), 100);
+    assert!(std::fs::read(&first).expect("read") == expected("file_00000000", 100));
+    assert_eq!(
+        run("ls", &[root.to_str().expect("utf-8 path")])
+            .lines()
+            .count(),
+        FILES
+    );
+}
+
+/// With a short `evictable_inode_ttl`, idle files' entries are dropped; an open file's never
+/// is (its `/proc` link stays whole), nor a directory that is a process's working directory
+/// (it can still tell its own path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_files_are_dropped_but_open_files_and_working_directories_stay() {
+    let port = common::free_port();
+    let config = config_yaml_with(
+        &format!(
+            "endpoint: http://127.0.0.1:{port}\nentry_attr_ttl: 200\nevictable_inode_ttl: 400\n\
+             ttl_check_interval: 50\n"
+        ),
+        &[backend(
+            "tree",
+            "PSEUDO",
+            "",
+            &[
+                "files_at_depth_0: 20",
+                "subdirectories_at_depth_0: 1",
+                "files_at_depth_1: 3",
+                "file_size: 10",
+            ],
+        )],
+    );
+    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let root = m.path().join("tree");
+    let sub = root.join("dir_00000000");
+    // A shell whose working directory is in the mount, asked for its path after the idle
+    // entries have gone.
+    let shell = std::process::Command::new("sh")
+        .args(["-c", "cd \"$1\" && { read _; pwd -P; }", "sh"])
+        .arg(&sub)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh");
+    let open = std::fs::File::open(root.join("file_00000000")).expect("open");
+    for f in 0..20 {
+        std::fs::metadata(root.join(format!("file_{f:08X}"))).expect("stat");
+    }
+    eventually("the idle files were dropped", || {
+        sample(port, "msfs_fuse_inodes_evicted_total") >= 19
+    });
+    eventually("their inodes were freed", || {
+        // The mount root, the backend's directory, the sub-directory and the open file.
+        sample(port, "msfs_fuse_inodes") <= 4
+    });
+    let link = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&open)
+    ))
+    .expect("readlink");
+    assert_eq!(
+        link,
+        root.join("file_00000000"),
+        "the open file's entry stays"
+    );
+    let mut shell = shell;
+    drop(shell.stdin.take());
+    let out = shell.wait_with_output().expect("sh");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        sub.to_str().expect("utf-8 path"),
+        "the working directory still tells its path"
+    );
+    // A dropped entry is found again.
+    assert_eq!(
+        std::fs::metadata(root.join("file_00000013"))
+            .expect("stat")
+            .len(),
+        10
+    );
+}

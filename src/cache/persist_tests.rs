@@ -74,10 +74,19 @@ impl Objects {
 /// An object of `len` bytes of `seed`, read whole through a persistent cache in a fresh parent
 /// directory which is then dropped: what the next process finds.
 async fn read_by_a_first_cache(len: u64, seed: u8) -> (tempfile::TempDir, Objects, ObjectVersion) {
+    read_by_a_first_cache_of(LINES, len, seed).await
+}
+
+/// [`read_by_a_first_cache`] with a cache of `lines` lines.
+async fn read_by_a_first_cache_of(
+    lines: u64,
+    len: u64,
+    seed: u8,
+) -> (tempfile::TempDir, Objects, ObjectVersion) {
     let parent = tempfile::tempdir().expect("cache parent");
     let objects = Objects::new();
     let object = objects.put("obj", len, seed).await;
-    let first = persistent(parent.path(), LINES);
+    let first = persistent(parent.path(), lines);
     assert_eq!(
         objects.read_all(&first, &object).await,
         patterned(seed, len)
@@ -127,15 +136,7 @@ async fn lines_outlive_the_cache_and_are_served_without_a_fetch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_during_the_restore_waits_for_the_kept_lines_instead_of_fetching() {
     const MANY: u64 = 5_000;
-    let parent = tempfile::tempdir().expect("cache parent");
-    let objects = Objects::new();
-    let object = objects.put("obj", MANY * LINE, 4).await;
-    let first = persistent(parent.path(), MANY);
-    assert_eq!(
-        objects.read_all(&first, &object).await,
-        patterned(4, object.size)
-    );
-    drop(first);
+    let (parent, objects, object) = read_by_a_first_cache_of(MANY, MANY * LINE, 4).await;
     let fetched = objects.test_store.gets_of("obj");
 
     let second = LineCache::new(&persistent_config(parent.path(), MANY)).expect("second cache");
@@ -167,12 +168,7 @@ async fn a_read_during_the_restore_waits_for_the_kept_lines_instead_of_fetching(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cache_dropped_while_restoring_frees_its_directory() {
     const MANY: u64 = 5_000;
-    let parent = tempfile::tempdir().expect("cache parent");
-    let objects = Objects::new();
-    let object = objects.put("obj", MANY * LINE, 5).await;
-    let first = persistent(parent.path(), MANY);
-    objects.read_all(&first, &object).await;
-    drop(first);
+    let (parent, _objects, _object) = read_by_a_first_cache_of(MANY, MANY * LINE, 5).await;
     for _ in 0..3 {
         drop(LineCache::new(&persistent_config(parent.path(), MANY)).expect("cache"));
     }

@@ -20,6 +20,9 @@ pub(super) const EVICTABLE_INODE_TTL_MS: u64 = 1_000_000;
 pub(super) const VIRTUAL_DIR_TTL_MS: u64 = 1_000_000;
 pub(super) const VIRTUAL_FILE_TTL_MS: u64 = 1_000_000;
 pub(super) const TTL_CHECK_INTERVAL_MS: u64 = 250;
+/// Inodes a mount keeps for the kernel before it asks the kernel to drop idle files' (ours):
+/// about 100 MiB of msfs's memory, and as much again of the kernel's (see README, Configuration).
+pub(super) const EVICTABLE_INODE_LIMIT: u64 = 262_144;
 pub(super) const CACHE_LINE_SIZE: u64 = 10_485_760;
 pub(super) const CACHE_LINES: u64 = 128;
 pub(super) const CACHE_LINES_TO_PREFETCH: u64 = 4;

@@ -50,6 +50,7 @@ const TOP_KEYS: &[&str] = &[
     "virtual_dir_ttl",
     "virtual_file_ttl",
     "ttl_check_interval",
+    "evictable_inode_limit",
     "cache_storage",
     "cache_backend",
     "mapped_cache",

@@ -35,6 +35,7 @@ pub(super) struct V1 {
     pub virtual_dir_ttl: Option<Whole<u64>>,
     pub virtual_file_ttl: Option<Whole<u64>>,
     pub ttl_check_interval: Option<Whole<u64>>,
+    pub evictable_inode_limit: Option<Whole<u64>>,
     pub cache_storage: Option<Text>,
     pub cache_backend: Option<Text>,
     pub mapped_cache: Option<Flag>,

@@ -40,14 +40,17 @@ pub struct Config {
     pub fuse_passthrough: bool,
     /// How long the kernel may cache entries and attributes.
     pub entry_attr_ttl: Duration,
-    /// Minimum life of an inode learned from a listing (at least `entry_attr_ttl`).
+    /// How long an inode the kernel holds may go unused before msfs asks the kernel to drop it
+    /// (files only; at least `entry_attr_ttl`).
     pub evictable_inode_ttl: Duration,
+    /// Inodes a mount keeps for the kernel beyond which the least recently used files' are
+    /// dropped too, idle or not (ours).
+    pub evictable_inode_limit: usize,
     /// How long a created but still empty directory is kept.
     pub virtual_dir_ttl: Duration,
     /// How long a created but not yet committed file is kept.
     pub virtual_file_ttl: Duration,
-    /// Period of the reference system's expiry sweep. Accepted and validated, read by nothing:
-    /// msfs has no sweep, entries expire when next looked at (README, Configuration).
+    /// How often idle inodes are looked for (`evictable_inode_ttl`) and the inode limit checked.
     pub ttl_check_interval: Duration,
     pub cache: CacheConfig,
     /// Files at least this large are uploaded with multipart upload.

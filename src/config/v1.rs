@@ -13,6 +13,9 @@ use super::error::ConfigError;
 use super::raw;
 use super::reader::{Place, Section, index_path, read};
 use super::scalar::{OptScalar, Whole};
+
+/// The smallest `evictable_inode_limit` accepted.
+const MIN_EVICTABLE_INODE_LIMIT: u64 = 4096;
 use super::telemetry::parse_telemetry;
 use super::types::{
     BackendConfig, BackendKind, CacheConfig, CacheStorage, Config, S3Config, S3Flavor,
@@ -71,6 +74,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         virtual_dir_ttl: Duration::from_millis(d::VIRTUAL_DIR_TTL_MS),
         virtual_file_ttl: Duration::from_millis(d::VIRTUAL_FILE_TTL_MS),
         ttl_check_interval: Duration::from_millis(d::TTL_CHECK_INTERVAL_MS),
+        evictable_inode_limit: d::EVICTABLE_INODE_LIMIT as usize,
         cache: CacheConfig {
             storage: CacheStorage::MappedFile,
             line_size: d::CACHE_LINE_SIZE,
@@ -280,6 +284,15 @@ fn parse_ttls(s: &Place<'_>, raw: &raw::V1, c: &mut Config) -> Result<(), Config
     if c.ttl_check_interval.is_zero() {
         return Err(s.invalid("ttl_check_interval", "must be greater than 0"));
     }
+    let limit = raw.evictable_inode_limit.value_or(d::EVICTABLE_INODE_LIMIT);
+    // Below a few thousand, a plain `ls -l` of one directory would drop its own entries.
+    if limit < MIN_EVICTABLE_INODE_LIMIT {
+        return Err(s.invalid(
+            "evictable_inode_limit",
+            format!("must be at least {MIN_EVICTABLE_INODE_LIMIT}"),
+        ));
+    }
+    c.evictable_inode_limit = usize::try_from(limit).unwrap_or(usize::MAX);
     Ok(())
 }
 

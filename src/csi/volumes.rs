@@ -25,6 +25,7 @@ use super::service_account::KubeApi;
 use super::state::PublishedState;
 use super::takeover::{self, HeldVolume};
 use crate::config::BackendConfig;
+use crate::daemon::evictor::InodeEviction;
 use crate::daemon::mountpoint;
 use crate::daemon::session::{MountedSession, SessionOptions};
 use crate::daemon::{DaemonError, open_backend_settings, open_store_checked};
@@ -58,6 +59,9 @@ pub struct NodeSettings {
     pub max_volumes: usize,
     /// FUSE requests unanswered this long are logged and counted (`None`: no watchdog).
     pub fuse_stall_warn: Option<Duration>,
+    /// When each volume asks the kernel to drop idle file entries (the node config's
+    /// `evictable_inode_ttl`, `evictable_inode_limit`, `ttl_check_interval`).
+    pub inode_eviction: InodeEviction,
     /// The fd holder keeping each volume's connection (`None`: none; see `takeover`).
     pub fd_holder: Option<PathBuf>,
     /// Where each volume's kernel-state journal lives (with an fd holder).
@@ -394,6 +398,7 @@ impl Volumes {
             writeback_cache: self.settings.fuse_writeback_cache,
             passthrough: self.settings.fuse_passthrough,
             stall_warn: self.settings.fuse_stall_warn,
+            inode_eviction: self.settings.inode_eviction,
         };
         let runtime = self.runtime.clone();
         let fs_for_session = fs.clone();

@@ -6,6 +6,7 @@
 //! the mount to an fd holder, and `msfs mount --takeover` serves it on (see [`survival`]).
 
 mod bootstrap;
+pub mod evictor;
 pub mod helper;
 pub mod mountpoint;
 mod read_ahead;
@@ -290,6 +291,16 @@ fn session_options(config: &Config) -> SessionOptions {
         writeback_cache: config.fuse_writeback_cache,
         passthrough: config.fuse_passthrough,
         stall_warn: config.fuse_request_stall_warn,
+        inode_eviction: inode_eviction(config),
+    }
+}
+
+/// When a mount of `config` asks the kernel to drop idle file entries.
+pub fn inode_eviction(config: &Config) -> evictor::InodeEviction {
+    evictor::InodeEviction {
+        idle: config.evictable_inode_ttl,
+        limit: config.evictable_inode_limit,
+        every: config.ttl_check_interval,
     }
 }
 

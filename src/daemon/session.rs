@@ -7,6 +7,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use fuser::{HandOff, MountOption, Notifier, Session, SessionACL, SessionUnmounte
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+use super::evictor::{self, InodeEviction};
 use super::{mountpoint, read_ahead};
 use crate::fs::Fs;
 use crate::fuse::{FuseAdapter, KernelInit, Unanswered};
@@ -38,6 +40,8 @@ pub struct SessionOptions {
     /// Requests unanswered this long are logged and counted (`fuse_request_stall_warn_secs`;
     /// `None`: no watchdog).
     pub stall_warn: Option<Duration>,
+    /// When the kernel is asked to drop idle file entries (see `evictor`).
+    pub inode_eviction: InodeEviction,
 }
 
 impl SessionOptions {
@@ -90,6 +94,8 @@ pub struct MountedSession {
     handoff: HandOff,
     /// Requests the adapter handed to the runtime and has not answered yet.
     unanswered: Unanswered,
+    /// Stops the evictor (at an unmount or a hand-off).
+    evictor_stop: Arc<AtomicBool>,
 }
 
 /// How often a hand-off looks whether the requests being answered are done.
@@ -104,7 +110,7 @@ impl MountedSession {
         path: &Path,
         options: &SessionOptions,
     ) -> io::Result<MountedSession> {
-        let adapter = FuseAdapter::new(fs, runtime, options.max_write)
+        let adapter = FuseAdapter::new(fs.clone(), runtime, options.max_write)
             .writeback_cache(options.writeback_cache)
             .passthrough(options.passthrough)
             .watch_stalls(options.stall_warn, &options.name);
@@ -117,6 +123,7 @@ impl MountedSession {
         let fuse_fd = session.as_fd().try_clone_to_owned()?;
         let mounted = MountedSession::serve(session, path, fuse_fd, kernel, unanswered, false)?;
         read_ahead::raise_in_background(path, read_ahead::READ_AHEAD_KIB);
+        mounted.start_evictor(&fs, options.inode_eviction);
         Ok(mounted)
     }
 
@@ -134,7 +141,7 @@ impl MountedSession {
         options: &SessionOptions,
     ) -> io::Result<MountedSession> {
         let metrics = fs.metrics().clone();
-        let adapter = FuseAdapter::new(fs, runtime, kernel.max_write)
+        let adapter = FuseAdapter::new(fs.clone(), runtime, kernel.max_write)
             .watch_stalls(options.stall_warn, &options.name)
             .resumed(kernel);
         let unanswered = adapter.unanswered();
@@ -142,6 +149,7 @@ impl MountedSession {
         let config = options.fuser_config();
         let session = Session::from_initialized_fd(adapter, fuse_fd, config.acl, config);
         let mounted = MountedSession::serve(session, path, ours, kernel, unanswered, true)?;
+        mounted.start_evictor(&fs, options.inode_eviction);
         metrics.record_fuse_takeover(kernel.resend);
         if kernel.resend {
             crate::fuse::request_resend(mounted.fuse_fd.as_fd())?;
@@ -183,7 +191,18 @@ impl MountedSession {
             resumed,
             handoff,
             unanswered,
+            evictor_stop: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Starts asking the kernel to drop `fs`'s idle file entries (`evictor`); a mount that
+    /// cannot start it serves on, its inodes bounded only by the kernel's own reclaim.
+    fn start_evictor(&self, fs: &Arc<Fs>, eviction: InodeEviction) {
+        let stop = self.evictor_stop.clone();
+        if let Err(e) = evictor::start(fs, self.notifier.clone(), eviction, stop) {
+            tracing::warn!(path = %self.path.display(), error = %e,
+                "cannot start the inode evictor; idle inodes stay until the kernel drops them");
+        }
     }
 
     /// Stops serving, for a successor to take the connection over; the mount stays. From now
@@ -201,6 +220,8 @@ impl MountedSession {
     /// The first half of [`MountedSession::hand_off`]: stops dispatching, waits for nothing
     /// (so that several sessions stop at once).
     pub fn begin_hand_off(&self) {
+        // The successor evicts from now on, by its own view of the inodes.
+        self.evictor_stop.store(true, Ordering::Relaxed);
         if !self.kernel.resend {
             tracing::warn!(path = %self.path.display(),
                 "this kernel cannot resend requests (no FUSE_HAS_RESEND): any read during the \
@@ -249,6 +270,7 @@ impl MountedSession {
     /// Unmounts; when the mount is busy (a process has files open), detaches it lazily so it
     /// disappears now and is torn down when released.
     pub fn unmount(&mut self) -> io::Result<()> {
+        self.evictor_stop.store(true, Ordering::Relaxed);
         let unmounted = if self.resumed {
             mountpoint::unmount(&self.path)
         } else {

@@ -2,13 +2,14 @@
 //! Every number the kernel is told of is journalled (`kernel_state`), so that a successor
 //! serving the same connection knows it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::backend::Backend;
 use super::kernel_state::{KernelState, NodeRecord, Record, Restored};
 use super::listing::{ChildKind, FileMeta};
+use crate::telemetry::Metrics;
 
 pub const ROOT_INO: u64 = 1;
 
@@ -32,6 +33,11 @@ pub struct Node {
     /// Known to the kernel before this process (from the journal): how many references the
     /// kernel held then is unknown, see [`InodeTable::forget`].
     restored: bool,
+    /// When the kernel last asked about it (looked it up, listed it, or asked for it by number).
+    used: Instant,
+    /// Named to the kernel for eviction ([`InodeTable::evictable`]) and not used since: not
+    /// named again while the kernel decides (it keeps an entry someone holds).
+    offered: bool,
 }
 
 impl Node {
@@ -53,6 +59,8 @@ pub struct InodeTable {
     by_name: HashMap<(u64, String), u64>,
     next_ino: u64,
     journal: Option<Arc<KernelState>>,
+    /// Where the count of inodes held is kept (`msfs_fuse_inodes`, summed over the mounts).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl InodeTable {
@@ -68,12 +76,27 @@ impl InodeTable {
             cached_etag: None,
             lookups: 1,
             restored: false,
+            used: Instant::now(),
+            offered: false,
         };
         InodeTable {
             nodes: HashMap::from([(ROOT_INO, root)]),
             by_name: HashMap::new(),
             next_ino: ROOT_INO + 1,
             journal: None,
+            metrics: None,
+        }
+    }
+
+    /// Counts this table's inodes in `metrics` from now on (and until it is dropped).
+    pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
+        metrics.add_fuse_inodes(self.nodes.len() as i64);
+        self.metrics = Some(metrics);
+    }
+
+    fn count(&self, delta: i64) {
+        if let Some(metrics) = &self.metrics {
+            metrics.add_fuse_inodes(delta);
         }
     }
 
@@ -118,7 +141,7 @@ impl InodeTable {
                     owner: None,
                 })
             };
-            self.nodes.insert(
+            let replaced = self.nodes.insert(
                 record.ino,
                 Node {
                     ino: record.ino,
@@ -131,9 +154,14 @@ impl InodeTable {
                     cached_etag: None,
                     lookups: 0,
                     restored: true,
+                    used: now,
+                    offered: false,
                 },
             );
             taken += 1;
+            if replaced.is_none() {
+                self.count(1);
+            }
         }
         for ((parent, name), ino) in &restored.names {
             if self.nodes.contains_key(ino) {
@@ -174,6 +202,65 @@ impl InodeTable {
         self.nodes.get_mut(&ino)
     }
 
+    /// Inode `ino`, which the kernel is asking about now (it is not idle).
+    pub fn used(&mut self, ino: u64) -> Option<&Node> {
+        let node = self.nodes.get_mut(&ino)?;
+        node.used = Instant::now();
+        node.offered = false;
+        Some(node)
+    }
+
+    /// Entries (parent, name) the kernel is to be asked to drop, so that it forgets their
+    /// inodes and this table frees them: file inodes (never directories, which may be a
+    /// process's working directory) that are not `open`, and either unused for `idle`, or,
+    /// while the table holds more than `limit` inodes, the least recently used beyond it. Each
+    /// is named once until it is used again: the kernel keeps an entry that someone holds.
+    pub fn evictable(
+        &mut self,
+        idle: Duration,
+        limit: usize,
+        open: &HashSet<u64>,
+    ) -> Vec<(u64, String)> {
+        let now = Instant::now();
+        let mut going = 0;
+        let mut candidates: Vec<(Instant, u64)> = Vec::new();
+        for node in self.nodes.values() {
+            if node.offered {
+                going += 1;
+            } else if node.ino != ROOT_INO
+                && (node.lookups > 0 || node.restored)
+                && !node.is_dir()
+                && !open.contains(&node.ino)
+            {
+                candidates.push((node.used, node.ino));
+            }
+        }
+        let over = (self.nodes.len() - going).saturating_sub(limit);
+        let chosen = if over >= candidates.len() {
+            candidates
+        } else {
+            // The `over` least recently used, and any other idle one.
+            if over > 0 {
+                candidates.select_nth_unstable(over - 1);
+            }
+            let mut chosen = candidates.split_off(over);
+            chosen.retain(|(used, _)| now.duration_since(*used) >= idle);
+            chosen.extend_from_slice(&candidates);
+            chosen
+        };
+        let by_name = &self.by_name;
+        chosen
+            .into_iter()
+            .filter_map(|(_, ino)| {
+                let node = self.nodes.get_mut(&ino)?;
+                let key = (node.parent, node.name.clone());
+                node.offered = true;
+                // A replaced entry's name is its successor's: dropping it would drop that one.
+                (by_name.get(&key) == Some(&ino)).then_some(key)
+            })
+            .collect()
+    }
+
     /// The inode of `name` in `parent` if the table already has one.
     pub fn child(&self, parent: u64, name: &str) -> Option<u64> {
         self.by_name.get(&(parent, name.to_string())).copied()
@@ -198,6 +285,8 @@ impl InodeTable {
             node.kind = kind;
             node.refreshed = now;
             node.lookups += 1;
+            node.used = now;
+            node.offered = false;
             return node.clone();
         }
         let ino = self.next_ino;
@@ -223,11 +312,14 @@ impl InodeTable {
             cached_etag: None,
             lookups: 1,
             restored: false,
+            used: now,
+            offered: false,
         };
         // A replaced entry stays in `nodes` until the kernel forgets it, but its name now maps to
         // the new inode.
         self.by_name.insert((parent, name.to_string()), ino);
         self.nodes.insert(ino, node.clone());
+        self.count(1);
         node
     }
 
@@ -251,6 +343,8 @@ impl InodeTable {
             && (keep || node.refreshed >= listed_at)
         {
             node.lookups += 1;
+            node.used = Instant::now();
+            node.offered = false;
             return node.clone();
         }
         self.lookup(parent, name, backend, path, kind)
@@ -276,6 +370,7 @@ impl InodeTable {
             node.lookups == 0
         };
         if gone && let Some(node) = self.nodes.remove(&ino) {
+            self.count(-1);
             self.journal(|| Record::Forgotten { ino });
             let key = (node.parent, node.name);
             if self.by_name.get(&key) == Some(&ino) {
@@ -333,9 +428,14 @@ impl InodeTable {
         })
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.nodes.len()
+    }
+}
+
+impl Drop for InodeTable {
+    fn drop(&mut self) {
+        self.count(-(self.nodes.len() as i64));
     }
 }
 
@@ -376,6 +476,52 @@ mod tests {
             mtime: SystemTime::UNIX_EPOCH,
             owner: None,
         })
+    }
+
+    /// Files the kernel holds are named for eviction when idle, or least recently used first
+    /// beyond the limit; never a directory, an open file, or an entry named already and not
+    /// used since; a file used again is named again once idle.
+    #[test]
+    fn eviction_names_idle_files_and_the_least_recently_used_beyond_the_limit() {
+        let (_d, b) = backend();
+        let mut table = InodeTable::new();
+        let dir = table.lookup(ROOT_INO, "d", b.clone(), "d".into(), ChildKind::DIR);
+        let files: Vec<u64> = (0..6)
+            .map(|i| {
+                let name = format!("f{i}");
+                table
+                    .lookup(dir.ino, &name, b.clone(), format!("d/{name}"), file(1))
+                    .ino
+            })
+            .collect();
+        let open = HashSet::from([files[0]]);
+        let long = Duration::from_secs(3600);
+        // 8 inodes (root, d, six files), nothing idle, no limit reached: nothing.
+        assert!(table.evictable(long, 8, &open).is_empty());
+        // Limit 5: the three least recently used files that are not open (f1, f2, f3).
+        let names = |entries: Vec<(u64, String)>| -> Vec<String> {
+            let mut names: Vec<String> = entries.into_iter().map(|(_, n)| n).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(table.evictable(long, 5, &open)), ["f1", "f2", "f3"]);
+        // Named already: while the kernel decides, the same limit names nothing more.
+        assert!(table.evictable(long, 5, &open).is_empty());
+        // f1 used again (the kernel kept it), then everything idle: every closed file but f1,
+        // which was named and used since, is named; the directory never is.
+        table.used(files[1]);
+        let all_idle = table.evictable(Duration::ZERO, 100, &open);
+        assert_eq!(names(all_idle), ["f1", "f4", "f5"]);
+        assert!(
+            table
+                .evictable(Duration::ZERO, 100, &HashSet::new())
+                .contains(&(dir.ino, "f0".into()))
+        );
+        // The kernel forgets what it dropped: the table shrinks.
+        for ino in &files[1..] {
+            table.forget(*ino, 1);
+        }
+        assert_eq!(table.len(), 3);
     }
 
     #[test]

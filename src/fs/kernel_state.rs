@@ -167,31 +167,40 @@ impl Restored {
     }
 
     /// The records that rebuild this state from nothing.
-    pub fn records(&self) -> Vec<Record> {
+    /// The records that rebuild this state, taken out of it: a compaction of a mount holding
+    /// hundreds of thousands of inodes must not hold its nodes twice.
+    pub fn into_records(self) -> Vec<Record> {
         // A node's own name may have gone (unlinked) or been taken by another (renamed over,
         // replaced): such nodes come first, then what unnames theirs, then the nodes that hold
         // their names, whose records map the names again.
-        let holds = |node: &NodeRecord| {
-            self.names.get(&(node.parent, node.name.clone())) == Some(&node.ino)
-        };
-        let (holders, others): (Vec<&NodeRecord>, Vec<&NodeRecord>) =
-            self.nodes.values().partition(|node| holds(node));
-        let mut records: Vec<Record> = others.iter().map(|n| Record::Node((*n).clone())).collect();
-        for node in &others {
-            if !self.names.contains_key(&(node.parent, node.name.clone())) {
-                records.push(Record::Unnamed {
-                    parent: node.parent,
-                    name: node.name.clone(),
-                });
+        let Restored {
+            nodes,
+            names,
+            files,
+            dirs,
+        } = self;
+        let mut records = Vec::with_capacity(nodes.len() + files.len() + dirs.len());
+        let mut holders = Vec::new();
+        let mut unnamed = Vec::new();
+        for node in nodes.into_values() {
+            match names.get(&(node.parent, node.name.clone())) {
+                Some(ino) if *ino == node.ino => holders.push(node),
+                held => {
+                    if held.is_none() {
+                        unnamed.push(Record::Unnamed {
+                            parent: node.parent,
+                            name: node.name.clone(),
+                        });
+                    }
+                    records.push(Record::Node(node));
+                }
             }
         }
-        records.extend(holders.into_iter().map(|n| Record::Node(n.clone())));
-        records.extend(self.files.values().cloned().map(Record::File));
-        records.extend(
-            self.dirs
-                .iter()
-                .map(|(fh, ino)| Record::Dir { fh: *fh, ino: *ino }),
-        );
+        drop(names);
+        records.append(&mut unnamed);
+        records.extend(holders.into_iter().map(Record::Node));
+        records.extend(files.into_values().map(Record::File));
+        records.extend(dirs.into_iter().map(|(fh, ino)| Record::Dir { fh, ino }));
         records
     }
 
@@ -367,15 +376,17 @@ impl KernelState {
         };
         let generation = old + 1;
         let records = snapshot();
-        let mut body = Vec::with_capacity(records.len() * 96);
-        for record in &records {
-            serde_json::to_writer(&mut body, record).map_err(io::Error::other)?;
-            body.push(b'\n');
-        }
+        let live = records.len() as u64;
         let temp = self.dir.join(format!(".{BASE_PREFIX}{generation}.tmp"));
-        std::fs::write(&temp, &body)?;
+        // Streamed, not built in memory first: as large as the records again.
+        let mut body = io::BufWriter::new(File::create(&temp)?);
+        for record in records {
+            serde_json::to_writer(&mut body, &record).map_err(io::Error::other)?;
+            body.write_all(b"\n")?;
+        }
+        body.into_inner().map_err(io::IntoInnerError::into_error)?;
         std::fs::rename(&temp, self.dir.join(format!("{BASE_PREFIX}{generation}")))?;
-        self.live.store(records.len() as u64, Ordering::Relaxed);
+        self.live.store(live, Ordering::Relaxed);
         for (kind, path) in journal_files(&self.dir)? {
             if kind.1 < generation {
                 std::fs::remove_file(path)?;
@@ -577,7 +588,7 @@ mod tests {
             expected.apply(record.clone());
             state.append(&record);
         }
-        let snapshot = expected.records();
+        let snapshot = expected.clone().into_records();
         state.compact(|| snapshot).expect("compact");
         let late = file(3, 45);
         expected.apply(late.clone());
@@ -644,7 +655,7 @@ mod tests {
             expected.apply(record);
         }
         let mut rebuilt = Restored::default();
-        for record in expected.records() {
+        for record in expected.clone().into_records() {
             rebuilt.apply(record);
         }
         assert_eq!(rebuilt, expected);

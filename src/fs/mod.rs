@@ -40,7 +40,7 @@ mod stream;
 mod subtree;
 mod write_ops;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -306,12 +306,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Fs {
     pub fn new(options: FsOptions, engines: Engines, backends: Vec<Arc<Backend>>) -> Fs {
         let metadata = posix::MetadataCache::new(options.ttl);
+        let mut inodes = InodeTable::new();
+        inodes.set_metrics(engines.metrics.clone());
         Fs {
             options,
             engines,
             mounted_at: SystemTime::now(),
             backends: RwLock::new(backends),
-            inodes: Mutex::new(InodeTable::new()),
+            inodes: Mutex::new(inodes),
             listings: Mutex::new(HashMap::new()),
             kept: subtree::KeptListings::default(),
             known: Mutex::new(known_names::KnownNames::default()),
@@ -449,11 +451,29 @@ impl Fs {
             .retain(|b| b.dir_name != dir_name);
     }
 
+    /// Inode `ino`, which the kernel is asking about (so it is not idle: see
+    /// [`Fs::evictable_entries`]).
     fn node(&self, ino: u64) -> Result<Node> {
         lock(&self.inodes)
-            .get(ino)
+            .used(ino)
             .cloned()
             .ok_or(FsError::UnknownInode(ino))
+    }
+
+    /// Entries (parent inode, name) to ask the kernel to drop (`FUSE_NOTIFY_INVAL_ENTRY`), so
+    /// that it forgets their inodes and this mount frees them: files nobody has open that the
+    /// kernel has not asked about for `idle`, and, while more than `limit` inodes are held, the
+    /// least recently used beyond it (`evictable_inode_ttl`, `evictable_inode_limit`). Only
+    /// what the kernel may drop on its own under memory pressure: a dropped entry is looked up
+    /// again when next used.
+    pub fn evictable_entries(&self, idle: Duration, limit: usize) -> Vec<(u64, String)> {
+        let open: HashSet<u64> = lock(&self.files).values().map(|h| h.ino).collect();
+        lock(&self.inodes).evictable(idle, limit, &open)
+    }
+
+    /// Inodes this mount holds for the kernel.
+    pub fn inode_count(&self) -> usize {
+        lock(&self.inodes).len()
     }
 
     fn store_error(backend: &Backend, source: crate::store::StoreError) -> FsError {

@@ -99,7 +99,7 @@ impl Fs {
             for (fh, handle) in lock(&self.dirs).iter() {
                 live.dirs.insert(*fh, handle.ino);
             }
-            live.records()
+            live.into_records()
         });
         if let Err(e) = result {
             tracing::warn!(dir = %state.dir().display(), error = %e,

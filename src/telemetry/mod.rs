@@ -103,6 +103,8 @@ pub struct Metrics {
     fuse_errors: Counter<u64>,
     fuse_takeovers: Counter<u64>,
     fuse_passthrough_opens: Counter<u64>,
+    fuse_inodes_evicted: Counter<u64>,
+    fuse_inodes: UpDownCounter<i64>,
     mounted_backends: Gauge<u64>,
 }
 
@@ -224,6 +226,16 @@ impl Metrics {
                 names::FUSE_PASSTHROUGH_OPENS,
                 "Opens answered with a backing file the kernel reads itself (fuse_passthrough)",
             ),
+            fuse_inodes_evicted: counter(
+                names::FUSE_INODES_EVICTED,
+                "File entries the kernel was asked to drop, idle or beyond evictable_inode_limit, so that their inodes are freed",
+            ),
+            fuse_inodes: meter
+                .i64_up_down_counter(names::FUSE_INODES)
+                .with_description(
+                    "Inodes the mounts hold for the kernel (until it forgets them), process-wide",
+                )
+                .build(),
             mounted_backends: meter
                 .u64_gauge(names::MOUNTED_BACKENDS)
                 .with_description("Backends currently mounted")
@@ -357,6 +369,16 @@ impl Metrics {
                 if resend { "true" } else { "false" },
             )],
         );
+    }
+
+    /// The kernel was asked to drop `entries` file entries (`evictable_inode_ttl` / `_limit`).
+    pub fn fuse_inodes_evicted(&self, entries: u64) {
+        self.fuse_inodes_evicted.add(entries, &[]);
+    }
+
+    /// The mounts hold `delta` more inodes for the kernel (fewer when negative).
+    pub fn add_fuse_inodes(&self, delta: i64) {
+        self.fuse_inodes.add(delta, &[]);
     }
 
     /// An open was answered with a backing file: the kernel reads it without asking msfs.

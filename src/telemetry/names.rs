@@ -68,6 +68,8 @@ pub const FUSE_ERRORS: &str = "msfs.fuse.errors";
 pub const FUSE_TAKEOVERS: &str = "msfs.fuse.takeovers";
 /// Opens answered with a backing file the kernel reads itself (`fuse_passthrough`).
 pub const FUSE_PASSTHROUGH_OPENS: &str = "msfs.fuse.passthrough_opens";
+pub const FUSE_INODES_EVICTED: &str = "msfs.fuse.inodes_evicted";
+pub const FUSE_INODES: &str = "msfs.fuse.inodes";
 pub const MOUNTED_BACKENDS: &str = "msfs.mounted_backends";
 
 /// Seconds, for durations.
@@ -114,6 +116,8 @@ pub const UNITS: &[(&str, &str)] = &[
     (FUSE_REQUESTS_STALLED, ""),
     (FUSE_ERRORS, ""),
     (FUSE_TAKEOVERS, ""),
+    (FUSE_INODES_EVICTED, ""),
+    (FUSE_INODES, ""),
     (MOUNTED_BACKENDS, ""),
 ];
 

@@ -197,6 +197,10 @@ pub const REFUSED_VALUES: &[(&[&str], &str)] = &[
         &["nodeConfig.writeDirtyLimitBytes=1024"],
         "writeDirtyLimitBytes",
     ),
+    (
+        &["nodeConfig.evictableInodeLimit=100"],
+        "evictableInodeLimit",
+    ),
     (&["nodeConfig.cacheDirPath=cache"], "cacheDirPath"),
     (
         &[

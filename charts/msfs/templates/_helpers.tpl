@@ -108,6 +108,7 @@ cacheLines (at least 1). */}}
   "write_commit_workers" (int64 $c.writeCommitWorkers)
   "write_dirty_limit_bytes" (int64 $c.writeDirtyLimitBytes)
   "multipart_upload_threshold_bytes" (int64 $c.multipartUploadThresholdBytes)
+  "evictable_inode_limit" (int64 $c.evictableInodeLimit)
 -}}
 {{- if eq $c.cacheStorage "tiered" }}
 {{- $_ := set $config "cache_ram_lines" (int64 (include "msfs.cacheRamLines" .)) -}}

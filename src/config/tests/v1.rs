@@ -20,6 +20,7 @@ evictable_inode_ttl: 60000
 virtual_dir_ttl: 70000
 virtual_file_ttl: 80000
 ttl_check_interval: 100
+evictable_inode_limit: 50000
 cache_storage: per-inode-file
 cache_line_size: 1048576
 cache_lines: 64
@@ -93,6 +94,7 @@ fn full_v1_expected(source: &str) -> Config {
         virtual_dir_ttl: Duration::from_millis(70_000),
         virtual_file_ttl: Duration::from_millis(80_000),
         ttl_check_interval: Duration::from_millis(100),
+        evictable_inode_limit: 50_000,
         cache: CacheConfig {
             storage: CacheStorage::PerInodeFile,
             line_size: 1_048_576,
@@ -250,6 +252,7 @@ fn v1_defaults_match_the_reference_table() {
     assert_eq!(c.virtual_dir_ttl, Duration::from_millis(1_000_000));
     assert_eq!(c.virtual_file_ttl, Duration::from_millis(1_000_000));
     assert_eq!(c.ttl_check_interval, Duration::from_millis(250));
+    assert_eq!(c.evictable_inode_limit, 262_144);
     assert_eq!(
         c.cache,
         CacheConfig {

@@ -462,3 +462,45 @@ async fn idle_files_are_dropped_but_open_files_and_working_directories_stay() {
         10
     );
 }
+
+/// Files written, renamed and left idle on a writable backend: once their entries are dropped
+/// and their inodes freed, every name is found again with what was written, the renamed one at
+/// its new name only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn written_files_whose_entries_were_dropped_read_back_what_was_written() {
+    let port = common::free_port();
+    let config = config_yaml_with(
+        &format!(
+            "endpoint: http://127.0.0.1:{port}\nentry_attr_ttl: 200\nevictable_inode_ttl: 400\n\
+             ttl_check_interval: 50\n"
+        ),
+        &[backend(
+            "mem",
+            "RAM",
+            "    readonly: false\n",
+            &["max_total_objects: 100", "max_total_object_space: 10485760"],
+        )],
+    );
+    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let root = m.path().join("mem");
+    let body = |i: usize| pattern(1000 + i, i as u64);
+    for i in 0..30 {
+        std::fs::write(root.join(format!("w{i}")), body(i)).expect("write");
+    }
+    std::fs::rename(root.join("w7"), root.join("renamed")).expect("rename");
+    eventually("the idle files were dropped", || {
+        sample(port, "msfs_fuse_inodes_evicted_total") >= 30
+    });
+    eventually("their inodes were freed", || {
+        sample(port, "msfs_fuse_inodes") <= 3
+    });
+    for i in (0..30).filter(|i| *i != 7) {
+        assert!(
+            std::fs::read(root.join(format!("w{i}"))).expect("read") == body(i),
+            "w{i}"
+        );
+    }
+    assert!(std::fs::read(root.join("renamed")).expect("read") == body(7));
+    let gone = std::fs::metadata(root.join("w7")).expect_err("renamed away");
+    assert_eq!(gone.raw_os_error(), Some(libc::ENOENT));
+}

@@ -389,6 +389,14 @@ async fn a_listing_bigger_than_the_inode_limit_leaves_at_most_the_limit_held() {
     );
 }
 
+/// Top-level keys: metrics on `port`, and files' entries dropped after 0.4 s idle.
+fn short_inode_ttl(port: u16) -> String {
+    format!(
+        "endpoint: http://127.0.0.1:{port}\nentry_attr_ttl: 200\nevictable_inode_ttl: 400\n\
+         ttl_check_interval: 50\n"
+    )
+}
+
 /// With a short `evictable_inode_ttl`, idle files' entries are dropped; an open file's never
 /// is (its `/proc` link stays whole), nor a directory that is a process's working directory
 /// (it can still tell its own path).
@@ -396,10 +404,7 @@ async fn a_listing_bigger_than_the_inode_limit_leaves_at_most_the_limit_held() {
 async fn idle_files_are_dropped_but_open_files_and_working_directories_stay() {
     let port = common::free_port();
     let config = config_yaml_with(
-        &format!(
-            "endpoint: http://127.0.0.1:{port}\nentry_attr_ttl: 200\nevictable_inode_ttl: 400\n\
-             ttl_check_interval: 50\n"
-        ),
+        &short_inode_ttl(port),
         &[backend(
             "tree",
             "PSEUDO",
@@ -470,10 +475,7 @@ async fn idle_files_are_dropped_but_open_files_and_working_directories_stay() {
 async fn written_files_whose_entries_were_dropped_read_back_what_was_written() {
     let port = common::free_port();
     let config = config_yaml_with(
-        &format!(
-            "endpoint: http://127.0.0.1:{port}\nentry_attr_ttl: 200\nevictable_inode_ttl: 400\n\
-             ttl_check_interval: 50\n"
-        ),
+        &short_inode_ttl(port),
         &[backend(
             "mem",
             "RAM",

@@ -55,7 +55,10 @@ impl Node {
 
 #[derive(Debug)]
 pub struct InodeTable {
-    nodes: HashMap<u64, Node>,
+    /// Boxed: a map sized in powers of two holds up to twice as many slots as nodes, and a
+    /// slot of a 208-byte node would cost as much empty as full (measured: 690 → 495 bytes per
+    /// inode).
+    nodes: HashMap<u64, Box<Node>>,
     by_name: HashMap<(u64, String), u64>,
     next_ino: u64,
     journal: Option<Arc<KernelState>>,
@@ -80,7 +83,7 @@ impl InodeTable {
             offered: false,
         };
         InodeTable {
-            nodes: HashMap::from([(ROOT_INO, root)]),
+            nodes: HashMap::from([(ROOT_INO, Box::new(root))]),
             by_name: HashMap::new(),
             next_ino: ROOT_INO + 1,
             journal: None,
@@ -143,7 +146,7 @@ impl InodeTable {
             };
             let replaced = self.nodes.insert(
                 record.ino,
-                Node {
+                Box::new(Node {
                     ino: record.ino,
                     parent: record.parent,
                     name: record.name.clone(),
@@ -156,7 +159,7 @@ impl InodeTable {
                     restored: true,
                     used: now,
                     offered: false,
-                },
+                }),
             );
             taken += 1;
             if replaced.is_none() {
@@ -195,11 +198,11 @@ impl InodeTable {
     }
 
     pub fn get(&self, ino: u64) -> Option<&Node> {
-        self.nodes.get(&ino)
+        self.nodes.get(&ino).map(|node| &**node)
     }
 
     pub fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
-        self.nodes.get_mut(&ino)
+        self.nodes.get_mut(&ino).map(|node| &mut **node)
     }
 
     /// Inode `ino`, which the kernel is asking about now (it is not idle).
@@ -287,7 +290,7 @@ impl InodeTable {
             node.lookups += 1;
             node.used = now;
             node.offered = false;
-            return node.clone();
+            return Node::clone(node);
         }
         let ino = self.next_ino;
         self.next_ino += 1;
@@ -318,7 +321,7 @@ impl InodeTable {
         // A replaced entry stays in `nodes` until the kernel forgets it, but its name now maps to
         // the new inode.
         self.by_name.insert((parent, name.to_string()), ino);
-        self.nodes.insert(ino, node.clone());
+        self.nodes.insert(ino, Box::new(node.clone()));
         self.count(1);
         node
     }
@@ -345,7 +348,7 @@ impl InodeTable {
             node.lookups += 1;
             node.used = Instant::now();
             node.offered = false;
-            return node.clone();
+            return Node::clone(node);
         }
         self.lookup(parent, name, backend, path, kind)
     }

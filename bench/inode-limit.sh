@@ -14,18 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LIMIT=${1:?usage: bench/inode-limit.sh LIMIT [FILES]}
 FILES=${2:-1000000}
-MSFS=$PWD/target/release/msfs
-[ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
-WORK=$(mktemp -d /tmp/msfs-inode-limit.XXXXXX)
-M=$WORK/mnt
-DAEMON=""
-
-cleanup() {
-    if grep -qs " $M " /proc/self/mounts; then umount "$M" || umount -l "$M"; fi
-    if [ -n "$DAEMON" ]; then wait "$DAEMON" 2>/dev/null || true; fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/scratch.sh
+. bench/scratch.sh inode-limit
 
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -p "$M" "$WORK/manifest"

@@ -13,18 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-10}
 FILES=${2:-1000}
-MSFS=$PWD/target/release/msfs
-[ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
-WORK=$(mktemp -d /tmp/msfs-journal-cost.XXXXXX)
-M=$WORK/mnt
-DAEMON=""
-
-cleanup() {
-    if grep -qs " $M " /proc/self/mounts; then umount "$M" || umount -l "$M"; fi
-    if [ -n "$DAEMON" ]; then wait "$DAEMON" 2>/dev/null || true; fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/scratch.sh
+. bench/scratch.sh journal-cost
 
 mkdir -p "$WORK/store/many" "$M"
 for i in $(seq "$FILES"); do echo x > "$WORK/store/many/f$i"; done

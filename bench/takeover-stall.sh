@@ -16,18 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
-MSFS=$PWD/target/release/msfs
-[ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
-WORK=$(mktemp -d /tmp/msfs-takeover.XXXXXX)
-M=$WORK/mnt
-DAEMON=""
-
-cleanup() {
-    if grep -qs " $M " /proc/self/mounts; then umount "$M" || umount -l "$M"; fi
-    if [ -n "$DAEMON" ]; then wait "$DAEMON" 2>/dev/null || true; fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/scratch.sh
+. bench/scratch.sh takeover
 
 mkdir -p "$WORK/store" "$M"
 head -c 8M /dev/urandom > "$WORK/store/big"

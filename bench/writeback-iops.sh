@@ -16,18 +16,8 @@ cd "$(dirname "$0")/.."
 RUNS=${1:-3}
 SECONDS_EACH=${2:-10}
 SIZE_MIB=${3:-1024}
-MSFS=$PWD/target/release/msfs
-[ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
-WORK=$(mktemp -d /tmp/msfs-writeback-iops.XXXXXX)
-M=$WORK/mnt
-DAEMON=""
-
-cleanup() {
-    if grep -qs " $M " /proc/self/mounts; then umount "$M" || umount -l "$M"; fi
-    if [ -n "$DAEMON" ]; then wait "$DAEMON" 2>/dev/null || true; fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=bench/scratch.sh
+. bench/scratch.sh writeback-iops
 
 mkdir -p "$WORK/store" "$WORK/cache" "$M"
 head -c "$((SIZE_MIB << 20))" /dev/urandom > "$WORK/store/object"

@@ -45,6 +45,12 @@ impl Node {
         matches!(self.kind, ChildKind::Dir { .. })
     }
 
+    /// The kernel asks about it now: not idle, and named for eviction again only once idle.
+    fn touch(&mut self, now: Instant) {
+        self.used = now;
+        self.offered = false;
+    }
+
     pub fn file(&self) -> Option<&FileMeta> {
         match &self.kind {
             ChildKind::File(meta) => Some(meta),
@@ -208,8 +214,7 @@ impl InodeTable {
     /// Inode `ino`, which the kernel is asking about now (it is not idle).
     pub fn used(&mut self, ino: u64) -> Option<&Node> {
         let node = self.nodes.get_mut(&ino)?;
-        node.used = Instant::now();
-        node.offered = false;
+        node.touch(Instant::now());
         Some(node)
     }
 
@@ -288,8 +293,7 @@ impl InodeTable {
             node.kind = kind;
             node.refreshed = now;
             node.lookups += 1;
-            node.used = now;
-            node.offered = false;
+            node.touch(now);
             return Node::clone(node);
         }
         let ino = self.next_ino;
@@ -346,8 +350,7 @@ impl InodeTable {
             && (keep || node.refreshed >= listed_at)
         {
             node.lookups += 1;
-            node.used = Instant::now();
-            node.offered = false;
+            node.touch(Instant::now());
             return Node::clone(node);
         }
         self.lookup(parent, name, backend, path, kind)

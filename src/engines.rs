@@ -74,6 +74,30 @@ impl Engines {
         })
     }
 
+    /// What a process handing its mounts over (an upgrade) does once they are handed over and
+    /// before it exits: lets the commits in flight finish, for at most `within`, and starts no
+    /// more. Whether they all finished.
+    pub async fn stop_for_successor(&self, within: std::time::Duration) -> bool {
+        let stopped = self.writes.stop_commits(within).await;
+        if !stopped {
+            tracing::warn!(
+                ?within,
+                "commits still running at the hand-over are cut short; the \
+                successor commits their files again from the spill files"
+            );
+        }
+        stopped
+    }
+
+    /// Then, with the runtime stopped: leaves the spill files, the upload journal and the cache
+    /// to the successor, which starts once this process is gone and must find them free.
+    pub fn leave_to_successor(&self) {
+        self.writes.leave_to_successor();
+        if let Some(cache) = &self.cache {
+            cache.leave_to_successor();
+        }
+    }
+
     /// Every read goes straight to the store, and writes are committed with `config`; for tests
     /// of the layers above the engines.
     pub fn uncached(config: WriteConfig) -> Result<Engines, WriteError> {

@@ -4,14 +4,16 @@
 //! A process killed with SIGKILL (an OOM kill, a node agent's restart) never drops its
 //! directory, and a cache directory holds up to the whole cache size. So each process keeps its
 //! directory `flock`ed, and creating a directory of the same kind first removes those that
-//! nobody locks and whose process is gone. The kernel releases a lock when its process dies;
-//! the lock protects a live process of another PID namespace (a container sharing the parent).
-//! A directory is created under a hidden name and gets its real name only once locked, so no
-//! live directory is ever seen unlocked.
+//! nobody locks. The kernel releases a lock when its process dies; the lock protects a live
+//! process of another PID namespace (a container sharing the parent). A directory is created
+//! under a hidden name and gets its real name only once locked, so no live directory is ever
+//! seen unlocked. The lock alone says who is alive, never the PID in the name: a process that
+//! exited but is not reaped yet (a zombie) still has its PID, a process of another PID
+//! namespace may have any, and in a container the plugin is PID 1 at every restart.
 //!
-//! A directory whose PID is this process's own and that this process does not lock was left by
-//! an earlier process that had the same PID: in a container the plugin is PID 1 at every
-//! restart, and the directories of the one killed before would otherwise never be reclaimed.
+//! A process handing its work to a successor (an upgrade's hand-off) unlocks its directories
+//! on purpose before it exits ([`PrivateDir::leave`]), so that the successor, which starts when
+//! it is gone, finds them as a dead process's at once.
 //!
 //! Some directories hold what the next process must act on (the upload journal): those are
 //! created with [`PrivateDir::create_kept`], and the dead processes' ones are handed over with
@@ -24,14 +26,16 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 #[derive(Debug)]
 pub struct PrivateDir {
     path: PathBuf,
     /// What goes on drop: everything, or the directory only when it is empty.
     remove_contents: bool,
-    /// The directory itself, held `flock`ed for its life; see the module docs.
-    _lock: File,
+    /// The directory itself, held `flock`ed for its life (see the module docs); `None` once
+    /// left to a successor.
+    lock: Mutex<Option<File>>,
 }
 
 impl PrivateDir {
@@ -85,7 +89,7 @@ impl PrivateDir {
                     return Ok(PrivateDir {
                         path,
                         remove_contents,
-                        _lock: lock,
+                        lock: Mutex::new(Some(lock)),
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -109,10 +113,26 @@ impl PrivateDir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Unlocks the directory and leaves it, whatever it holds, to the next process of its kind,
+    /// which takes it as a dead process's (see the module docs). Nothing may be written in it
+    /// afterwards; dropping it then removes nothing.
+    pub fn leave(&self) {
+        drop(
+            self.lock
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+    }
 }
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
+        let lock = self.lock.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if lock.is_none() {
+            return; // left to a successor, who may be working in it already
+        }
         let removed = if self.remove_contents {
             std::fs::remove_dir_all(&self.path)
         } else {
@@ -159,25 +179,22 @@ impl Abandoned {
     }
 }
 
-/// The `kind` directories under `parent` whose process is gone: nobody locks them, and their
-/// PID does not exist or is this process's own (see the module docs).
+/// The `kind` directories under `parent` whose process is gone or left them: nobody locks them
+/// (see the module docs).
 pub fn abandoned(parent: &Path, kind: &str) -> Vec<Abandoned> {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return Vec::new();
     };
     let mut found = Vec::new();
     for entry in entries.flatten() {
-        let Some(pid) = owner_pid(&entry.file_name(), kind) else {
+        if owner_pid(&entry.file_name(), kind).is_none() {
             continue;
-        };
+        }
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let path = entry.path();
-        let Ok(Some(lock)) = lock(&path) else {
-            continue; // alive (or unreadable)
-        };
-        if pid == std::process::id() || !process_exists(pid) {
+        if let Ok(Some(lock)) = lock(&path) {
             found.push(Abandoned { path, _lock: lock });
         }
     }
@@ -210,17 +227,6 @@ fn owner_pid(name: &OsStr, kind: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Whether a process with this PID exists (in this PID namespace); an unrepresentable PID is
-/// taken as existing, so that its directory is left alone.
-fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return true;
-    };
-    // SAFETY: signal 0 only checks that the process exists.
-    let signalled = unsafe { libc::kill(pid, 0) } == 0;
-    signalled || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,11 +236,14 @@ mod tests {
         let parent = tempfile::tempdir().expect("temp dir");
         let live = PrivateDir::create(parent.path(), "msfs-test").expect("create");
         std::fs::write(live.path().join("data"), b"in use").expect("write");
-        // A directory whose process was killed: nobody locks it and no process has its PID
-        // (above the kernel's largest, 2^22).
+        // Directories whose process was killed: nobody locks them, whether or not their PID is
+        // some live process's now (PID 1 here: a zombie, another PID namespace).
         let killed = parent.path().join("msfs-test-4194400-00000000deadbeef");
-        std::fs::create_dir(&killed).expect("mkdir");
-        std::fs::write(killed.join("line-0"), vec![7u8; 4096]).expect("data");
+        let killed_pid_reused = parent.path().join("msfs-test-1-00000000deadbeef");
+        for dir in [&killed, &killed_pid_reused] {
+            std::fs::create_dir(dir).expect("mkdir");
+            std::fs::write(dir.join("line-0"), vec![7u8; 4096]).expect("data");
+        }
         // Lookalikes of another kind, or not of our naming, are left alone.
         let other_kind = parent.path().join("msfs-writes-4194400-00000000deadbeef");
         let not_ours = parent.path().join("msfs-test-notes");
@@ -243,6 +252,10 @@ mod tests {
 
         let second = PrivateDir::create(parent.path(), "msfs-test").expect("create again");
         assert!(!killed.exists(), "the killed process's directory stays");
+        assert!(
+            !killed_pid_reused.exists(),
+            "a dead directory whose PID is in use stays"
+        );
         assert!(
             live.path().join("data").exists(),
             "a live directory was removed"
@@ -275,7 +288,7 @@ mod tests {
             kept_path.join("entry").exists(),
             "its contents were removed"
         );
-        // Its PID is this process's own, and nobody locks it: an earlier process's.
+        // Nobody locks it: a dead (here: dropped) process's.
         let found = abandoned(parent.path(), "msfs-test");
         assert_eq!(
             found.iter().map(Abandoned::path).collect::<Vec<_>>(),
@@ -288,6 +301,41 @@ mod tests {
         found.into_iter().for_each(Abandoned::remove);
         assert!(!kept_path.exists());
         assert!(live.path().exists());
+    }
+
+    #[test]
+    fn a_directory_left_to_a_successor_is_found_as_a_dead_ones_and_never_removed_by_its_owner() {
+        let parent = tempfile::tempdir().expect("temp dir");
+        let dir = PrivateDir::create_kept(parent.path(), "msfs-test").expect("create");
+        std::fs::write(dir.path().join("entry"), b"for the successor").expect("write");
+        let path = dir.path().to_path_buf();
+        assert!(abandoned(parent.path(), "msfs-test").is_empty());
+
+        dir.leave();
+        let found = abandoned(parent.path(), "msfs-test");
+        assert_eq!(
+            found.iter().map(Abandoned::path).collect::<Vec<_>>(),
+            [path.as_path()],
+            "its owner is alive, and it is left all the same"
+        );
+        // The successor has it (locked) while its owner goes away.
+        drop(dir);
+        assert!(
+            path.join("entry").exists(),
+            "its owner removed what it left"
+        );
+        found.into_iter().for_each(Abandoned::remove);
+        assert!(!path.exists());
+
+        // A private (not kept) one: its owner's drop leaves it too, contents and all.
+        let dir = PrivateDir::create(parent.path(), "msfs-test").expect("create");
+        std::fs::write(dir.path().join("line"), b"cached").expect("write");
+        let path = dir.path().to_path_buf();
+        dir.leave();
+        drop(dir);
+        assert!(path.join("line").exists());
+        let _successor = PrivateDir::create(parent.path(), "msfs-test").expect("create");
+        assert!(!path.exists(), "the successor did not reclaim it");
     }
 
     #[test]

@@ -182,6 +182,45 @@ async fn persistent_cache_outlives_the_process(storage: &str, refetched: u64) {
     assert!(garage.s3_requests("GetObject") - before >= 9);
 }
 
+/// An upgrade (`msfs mount --takeover` beside the running daemon) keeps the persistent cache:
+/// the daemon handing over writes and closes its index before it exits, and the successor
+/// reads what it cached without a GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_keeps_the_persistent_cache() {
+    let garage = Garage::start();
+    garage.create_bucket("kept-upgrade");
+    let body = pattern(6 * MIB + 99, 14);
+    garage.put_object("kept-upgrade", "obj", body.clone()).await;
+    let cache_parent = tempfile::tempdir().expect("cache parent");
+    let cache = format!(
+        "cache_storage: mapped-file\ncache_line_size: {MIB}\ncache_lines: 32\n\
+         cache_persistent: true\ncache_dir_path: {}\n",
+        cache_parent.path().display()
+    );
+    let config = config_yaml_with(
+        &cache,
+        &[s3_backend_yaml("data", "kept-upgrade", "", &garage)],
+    );
+    let mut mount = MsfsMount::start(&config, "yaml").expect("mount");
+    assert!(read_direct(&mount.path().join("data/obj")) == body);
+
+    let (status, old_log) = mount.upgrade().expect("upgrade");
+    assert!(status.success(), "{old_log}");
+    let log = mount.stdout_text();
+    assert!(
+        !log.contains("another msfs process keeps its cache lines here"),
+        "the successor found the cache still held: {log}"
+    );
+    let before = garage.s3_requests("GetObject");
+    assert!(read_direct(&mount.path().join("data/obj")) == body);
+    assert_eq!(
+        garage.s3_requests("GetObject") - before,
+        0,
+        "the successor fetched lines the daemon it succeeded had cached"
+    );
+    assert!(mount.stop_with_umount().success());
+}
+
 fn msfs_warm(args: &[&std::path::Path], flags: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_msfs"))
         .arg("warm")

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -267,11 +268,47 @@ async fn an_upgrade_hands_every_volume_to_the_new_plugin_and_the_pods_see_no_err
         .spawn()
         .expect("spawn the second pod's reader");
 
+    // A file the second pod writes and holds open, its bytes not committed at the upgrade.
+    let held_path = targets[1].join("held.bin");
+    let (first, second) = (pattern(2 * MIB, 41), pattern(MIB + 3, 42));
+    let mut held = std::fs::File::create(&held_path).expect("create held.bin");
+    held.write_all(&first).expect("write before the upgrade");
+
     let new_holder = FdHolder::start_at(new_socket.clone());
     let mut successor = Successor::start(&plugin, &new_socket, holders.path().join("new.log"));
     successor.wait_for("waiting to succeed", 1);
-    assert!(plugin.stop(), "the old plugin exits at SIGTERM");
+    plugin.signal_stop();
     successor.wait_for("took over a volume's live connection", 2);
+    assert!(plugin.stop(), "the old plugin exits at SIGTERM");
+
+    // The successor took the held file's unsaved bytes over before it served.
+    let seen = guarded(HANG_LIMIT, "read held.bin", aborting(&targets[1]), {
+        let path = held_path.clone();
+        move || std::fs::read(&path)
+    })
+    .expect("read held.bin after the upgrade");
+    assert!(
+        seen == first,
+        "after the upgrade held.bin holds {} bytes, not the {} written before it:\n{}",
+        seen.len(),
+        first.len(),
+        successor.log_text()
+    );
+    let expected_held = [first, second.clone()].concat();
+    guarded(
+        HANG_LIMIT,
+        "write on held.bin",
+        aborting(&targets[1]),
+        move || {
+            held.write_all(&second)?;
+            held.sync_all()
+        },
+    )
+    .expect("write on and fsync held.bin after the upgrade");
+    assert!(
+        garage.try_get_object(BUCKET, "held.bin").await.as_deref() == Some(&expected_held[..]),
+        "held.bin in the store is not what was written across the upgrade"
+    );
     let old_log = plugin.log_text();
     assert_eq!(
         old_log.matches("handed the volume over").count(),

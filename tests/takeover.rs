@@ -356,6 +356,84 @@ async fn an_upgrade_hands_the_mount_over_and_nothing_using_it_notices() {
     assert!(mount.stop_with_umount().success());
 }
 
+/// An upgrade while a file is being written and held open, its bytes not yet committed: the
+/// old daemon hands over with them in its spill files, and the successor takes them over
+/// before it serves (the old one is not reaped yet meanwhile, as under a container runtime),
+/// so the file goes on from them; nothing is lost then, nor committed from a stale spill later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_carries_the_unsaved_writes_of_a_file_held_open() {
+    let (garage, mut mount) = start("unsaved");
+    let path = mount.path().join("data/held.bin");
+    let (first, second) = (pattern(3 * MIB, 31), pattern(MIB + 17, 32));
+    let mut held = File::create(&path).expect("create held.bin");
+    held.write_all(&first).expect("write before the upgrade");
+    assert_eq!(
+        garage.try_get_object("unsaved", "held.bin").await,
+        None,
+        "nothing is committed while the file is held open"
+    );
+
+    let (old_status, old_log) = match mount.upgrade() {
+        Ok(done) => done,
+        Err(e) => panic!("upgrade: {e}\n{}", abort_fuse_connection(mount.path())),
+    };
+    assert!(old_status.success(), "the old daemon exits: {old_log}");
+    let log = mount.stdout_text();
+    assert!(
+        log.contains("recovered unsaved writes") && log.contains("key=held.bin"),
+        "the successor took the file over: {log}"
+    );
+
+    let seen = within(&mount, HANG_LIMIT, "read held.bin after the upgrade", {
+        let path = path.clone();
+        move || std::fs::read(&path)
+    })
+    .expect("read held.bin");
+    assert!(
+        seen == first,
+        "after the upgrade the file holds {} bytes, not the {} written before it",
+        seen.len(),
+        first.len()
+    );
+    let mut expected = first;
+    expected.extend_from_slice(&second);
+    within(
+        &mount,
+        HANG_LIMIT,
+        "write on and fsync held.bin",
+        move || {
+            held.write_all(&second)?;
+            held.sync_all()
+        },
+    )
+    .expect("write on after the upgrade");
+    assert!(
+        garage
+            .try_get_object("unsaved", "held.bin")
+            .await
+            .as_deref()
+            == Some(&expected[..]),
+        "held.bin in the store is not what was written across the upgrade"
+    );
+
+    // A restart finds nothing stale to commit over it.
+    kill(&mut mount);
+    take_over(&mut mount);
+    assert!(
+        !mount.stdout_text().contains("recovered unsaved writes"),
+        "{}",
+        mount.stdout_text()
+    );
+    assert!(
+        garage
+            .try_get_object("unsaved", "held.bin")
+            .await
+            .as_deref()
+            == Some(&expected[..])
+    );
+    assert!(mount.stop_with_umount().success());
+}
+
 /// A rename and an unlink the killed daemon carried out but never answered (the store's answer
 /// to their DeleteObject held back by a proxy until after the kill): the kernel resends them to
 /// the successor, which finds them done and answers success, not ENOENT.

@@ -253,6 +253,18 @@ impl LineCache {
         Ok(Arc::new(LineCache { shared, dir }))
     }
 
+    /// Before this process exits for a successor (an upgrade's hand-off): the index of a
+    /// persistent cache is written and closed, so that the successor opens it and keeps the
+    /// lines; a private directory is unlocked, so that the successor reclaims its space at once.
+    pub fn leave_to_successor(&self) {
+        if let Some(persisted) = &self.shared.persisted {
+            persisted.close();
+        }
+        if let CacheDir::Private(dir) = &self.dir {
+            dir.leave();
+        }
+    }
+
     /// The directory holding the cache's files: private and removed when the cache is dropped,
     /// or, with `cache_persistent`, kept for the next process.
     pub fn dir(&self) -> &Path {

@@ -204,11 +204,15 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
         },
         state,
     ));
-    let stopped = runtime.block_on(serve(options, socket, engines, volumes.clone(), held))?;
+    let stopped = runtime.block_on(serve(
+        options,
+        socket,
+        engines.clone(),
+        volumes.clone(),
+        held,
+    ))?;
     if stopped == Stopped::HandedOver {
-        // The successor starts once this process is gone (see `succession`).
-        serving.keep_until_exit();
-        runtime.shutdown_background();
+        crate::daemon::leave_to_successor(runtime, &engines, serving);
     }
     Ok(())
 }

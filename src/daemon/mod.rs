@@ -178,12 +178,10 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
         let unanswered = runtime.block_on(session.hand_off(succession::HAND_OFF_WITHIN));
         tracing::info!(mountpoint = %mountpoint.display(), unanswered,
             "handed the mount over to the msfs waiting to succeed this one");
-        // The successor starts once this process is gone (see `succession`); what is still
-        // being committed, it commits again from the spill files.
-        if let Some(serving) = serving {
-            serving.keep_until_exit();
+        match serving {
+            Some(serving) => leave_to_successor(runtime, &engines, serving),
+            None => runtime.shutdown_background(),
         }
-        runtime.shutdown_background();
         return Ok(());
     }
     if let Some(signal) = stop {
@@ -208,6 +206,20 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     Ok(())
+}
+
+/// The end of a process that handed its mounts over: its commits in flight finish (within
+/// `COMMITS_WITHIN`), its runtime stops, its spill files, upload journal and cache are left to
+/// the successor, and the right to serve goes at exit (see `succession`).
+pub(crate) fn leave_to_successor(
+    runtime: tokio::runtime::Runtime,
+    engines: &Engines,
+    serving: succession::Serving,
+) {
+    runtime.block_on(engines.stop_for_successor(succession::COMMITS_WITHIN));
+    runtime.shutdown_timeout(succession::BLOCKING_WITHIN);
+    engines.leave_to_successor();
+    serving.keep_until_exit();
 }
 
 /// Opens every backend's store and checks, with one small LIST, that it answers with the

@@ -9,7 +9,11 @@
 //!
 //! The server's lock goes only with its last descriptor, at exit: a server that hands over keeps
 //! it ([`Serving::keep_until_exit`]), so that the successor starts reading the connection only
-//! once no worker of the old process can read it any more.
+//! once no worker of the old process can read it any more. Before that, it lets its commits in
+//! flight finish and leaves its spill files, upload journal and cache to the successor
+//! (`Engines::stop_for_successor`, `Engines::leave_to_successor`): unlocked on purpose, they are
+//! free when the successor starts, whatever order the kernel closes a dying process's files in
+//! and whenever its parent reaps it.
 //!
 //! The files are never removed: removing a lock file someone waits on would let a third process
 //! lock a new file of the same name. They are empty and live in the state directory.
@@ -22,6 +26,15 @@ use std::path::{Path, PathBuf};
 /// How long a server handing over waits for the requests it is answering; what is left then is
 /// resent to the successor (and may run twice).
 pub const HAND_OFF_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a server that handed over lets the commits it has in flight finish before it exits.
+/// The successor serves once it is gone, so the mounts wait this long at most; a commit cut
+/// short is made again by the successor from the spill files.
+pub const COMMITS_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a server that handed over waits for its blocking work (a spill write, a cache
+/// line's) to end before it leaves its directories to the successor.
+pub const BLOCKING_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The right to serve, held until dropped (or, after a hand-off, until the process exits).
 #[derive(Debug)]

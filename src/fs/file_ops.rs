@@ -138,7 +138,12 @@ impl Fs {
     /// metadata or the parent's listing snapshot: after the commit lands, the next open asks
     /// the store for the new version.
     pub(super) fn began_writing(&self, node: &Node, file: &DirtyFile) {
-        self.note_written(file.target.store.id(), &file.target.key);
+        let (store, key) = (file.target.store.id(), &file.target.key);
+        self.note_written(store, key);
+        // While the file is written its metadata is the write engine's (`known_posix`); once it
+        // is let go, what its commit stored (a new mtime) is read from the store, never what was
+        // cached of the version before.
+        self.metadata.forget(store, key);
         if let Some(node) = lock(&self.inodes).get_mut(node.ino) {
             node.kind = pending_kind(file.meta(), node.kind.owner());
         }

@@ -13,11 +13,18 @@
 //! `dir_paths` the ingest's work queue: memory stays bounded whatever the namespace's size.
 //! `meta` records which manifest (by `created_at`) the index was built from and whether the
 //! build finished; anything else is rebuilt.
+//!
+//! A finished index is only read, and is opened read-only: redb lets any number of processes
+//! share it so, which an upgrade's two processes (the one handing over has it open until it
+//! exits) and two mounts of one manifest need.
 
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, DatabaseError, Durability, ReadOnlyDatabase, ReadableDatabase, ReadableTable,
+    TableDefinition,
+};
 
 use super::codec::{DIR_TAG, decode, encode};
 use super::format::{self, Entry, EntryKind, FormatError, ManifestInfo};
@@ -64,7 +71,7 @@ pub struct IngestStats {
 }
 
 pub struct Index {
-    db: Database,
+    db: ReadOnlyDatabase,
     path: PathBuf,
 }
 
@@ -80,22 +87,37 @@ impl Index {
         if !path.exists() {
             return Ok(None);
         }
-        let db = match Database::builder().set_cache_size(CACHE_BYTES).open(path) {
-            Ok(db) => db,
-            // An index that cannot even be opened is rebuilt, not served.
+        let index = match Self::open(path) {
+            Ok(index) => index,
+            // An index that cannot even be opened is rebuilt, not served; one being built by
+            // another process right now too (that build is only as good as this one).
             Err(e) => {
                 tracing::warn!(index = %path.display(), "manifest index unreadable, rebuilding: {e}");
                 return Ok(None);
             }
         };
-        let index = Index {
-            db,
-            path: path.to_path_buf(),
-        };
         let complete = index.meta(META_COMPLETE)?.as_deref() == Some("1")
             && index.meta(META_LAYOUT)?.as_deref() == Some(LAYOUT)
             && index.meta(META_BUILT_FROM)?.as_deref() == Some(info.created_at.as_str());
         Ok(complete.then_some(index))
+    }
+
+    /// Opens the index at `path` read-only. One a killed process left unclosed is repaired
+    /// first (which takes a writer's handle, closed again at once).
+    fn open(path: &Path) -> Result<Index, DatabaseError> {
+        let mut builder = Database::builder();
+        builder.set_cache_size(CACHE_BYTES);
+        let db = match builder.open_read_only(path) {
+            Err(DatabaseError::RepairAborted) => {
+                builder.open(path)?.close()?;
+                builder.open_read_only(path)?
+            }
+            opened => opened?,
+        };
+        Ok(Index {
+            db,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Builds the index at `path` (replacing whatever is there) from the manifest in `root`,
@@ -120,11 +142,7 @@ impl Index {
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(|e| store_error(e.into()))?;
-        let index = Index {
-            db,
-            path: path.to_path_buf(),
-        };
-        let mut ingest = Ingest::start(&index)?;
+        let mut ingest = Ingest::start(&db, path)?;
         ingest.add_dir("")?;
         let mut next = ROOT_ID;
         while let Some(dir) = ingest.dir_path(next)? {
@@ -146,6 +164,8 @@ impl Index {
         }
         let stats = ingest.stats;
         ingest.finish(&info.created_at)?;
+        db.close().map_err(|e| store_error(e.into()))?;
+        let index = Self::open(path).map_err(|e| store_error(e.into()))?;
         progress(stats);
         Ok((index, stats))
     }
@@ -231,7 +251,8 @@ impl Index {
 
 /// One running ingest: a write transaction committed every [`ROWS_PER_COMMIT`] rows.
 struct Ingest<'a> {
-    index: &'a Index,
+    db: &'a Database,
+    path: &'a Path,
     txn: Option<redb::WriteTransaction>,
     next_dir_id: u64,
     rows_since_commit: usize,
@@ -239,9 +260,10 @@ struct Ingest<'a> {
 }
 
 impl<'a> Ingest<'a> {
-    fn start(index: &'a Index) -> Result<Ingest<'a>, IndexError> {
+    fn start(db: &'a Database, path: &'a Path) -> Result<Ingest<'a>, IndexError> {
         let mut ingest = Ingest {
-            index,
+            db,
+            path,
             txn: None,
             next_dir_id: ROOT_ID,
             rows_since_commit: 0,
@@ -252,15 +274,11 @@ impl<'a> Ingest<'a> {
     }
 
     fn begin(&mut self) -> Result<(), IndexError> {
-        let mut txn = self
-            .index
-            .db
-            .begin_write()
-            .map_err(|e| self.index.error(e))?;
+        let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
         // Intermediate commits need not reach the disk: an interrupted ingest is redone from
         // scratch anyway. Only the last one, which marks the index complete, is made durable.
         txn.set_durability(Durability::None)
-            .map_err(|e| self.index.error(redb::Error::from(e)))?;
+            .map_err(|e| self.error(redb::Error::from(e)))?;
         self.txn = Some(txn);
         Ok(())
     }
@@ -271,9 +289,16 @@ impl<'a> Ingest<'a> {
             .expect("an ingest always holds a transaction until it finishes")
     }
 
+    fn error(&self, e: impl Into<redb::Error>) -> IndexError {
+        IndexError::Store {
+            path: self.path.to_path_buf(),
+            source: Box::new(e.into()),
+        }
+    }
+
     fn commit_and_begin(&mut self) -> Result<(), IndexError> {
         if let Some(txn) = self.txn.take() {
-            txn.commit().map_err(|e| self.index.error(e))?;
+            txn.commit().map_err(|e| self.error(e))?;
         }
         self.rows_since_commit = 0;
         self.begin()
@@ -283,13 +308,13 @@ impl<'a> Ingest<'a> {
     fn add_dir(&mut self, path: &str) -> Result<bool, IndexError> {
         let id = self.next_dir_id;
         let txn = self.txn();
-        let mut ids = txn.open_table(DIR_IDS).map_err(|e| self.index.error(e))?;
-        if ids.get(path).map_err(|e| self.index.error(e))?.is_some() {
+        let mut ids = txn.open_table(DIR_IDS).map_err(|e| self.error(e))?;
+        if ids.get(path).map_err(|e| self.error(e))?.is_some() {
             return Ok(false);
         }
-        ids.insert(path, id).map_err(|e| self.index.error(e))?;
-        let mut paths = txn.open_table(DIR_PATHS).map_err(|e| self.index.error(e))?;
-        paths.insert(id, path).map_err(|e| self.index.error(e))?;
+        ids.insert(path, id).map_err(|e| self.error(e))?;
+        let mut paths = txn.open_table(DIR_PATHS).map_err(|e| self.error(e))?;
+        paths.insert(id, path).map_err(|e| self.error(e))?;
         drop((ids, paths));
         self.next_dir_id += 1;
         Ok(true)
@@ -299,8 +324,8 @@ impl<'a> Ingest<'a> {
         let paths = self
             .txn()
             .open_table(DIR_PATHS)
-            .map_err(|e| self.index.error(e))?;
-        let path = paths.get(id).map_err(|e| self.index.error(e))?;
+            .map_err(|e| self.error(e))?;
+        let path = paths.get(id).map_err(|e| self.error(e))?;
         Ok(path.map(|p| p.value().to_string()))
     }
 
@@ -310,22 +335,19 @@ impl<'a> Ingest<'a> {
         let mut new_dirs = Vec::new();
         let mut inserted = 0;
         {
-            let mut entries = self
-                .txn()
-                .open_table(ENTRIES)
-                .map_err(|e| self.index.error(e))?;
+            let mut entries = self.txn().open_table(ENTRIES).map_err(|e| self.error(e))?;
             for entry in batch.iter() {
                 let key = (id, entry.name.as_str());
                 if entry.is_dir() {
                     new_dirs.push(entry.name.clone());
-                } else if let Some(old) = entries.get(key).map_err(|e| self.index.error(e))?
+                } else if let Some(old) = entries.get(key).map_err(|e| self.error(e))?
                     && old.value().first() == Some(&DIR_TAG)
                 {
                     continue;
                 }
                 entries
                     .insert(key, encode(&entry.kind).as_slice())
-                    .map_err(|e| self.index.error(e))?;
+                    .map_err(|e| self.error(e))?;
                 inserted += 1;
             }
         }
@@ -348,18 +370,18 @@ impl<'a> Ingest<'a> {
             return Ok(());
         };
         txn.set_durability(Durability::Immediate)
-            .map_err(|e| self.index.error(redb::Error::from(e)))?;
+            .map_err(|e| self.error(redb::Error::from(e)))?;
         {
-            let mut meta = txn.open_table(META).map_err(|e| self.index.error(e))?;
+            let mut meta = txn.open_table(META).map_err(|e| self.error(e))?;
             for (key, value) in [
                 (META_BUILT_FROM, built_from),
                 (META_LAYOUT, LAYOUT),
                 (META_COMPLETE, "1"),
             ] {
-                meta.insert(key, value).map_err(|e| self.index.error(e))?;
+                meta.insert(key, value).map_err(|e| self.error(e))?;
             }
         }
-        txn.commit().map_err(|e| self.index.error(e))
+        txn.commit().map_err(|e| self.error(e))
     }
 }
 
@@ -491,6 +513,51 @@ mod tests {
                 .is_none(),
             "unreadable file"
         );
+    }
+
+    /// An upgrade's two processes have the index open at once: the one handing over until it
+    /// exits, and its successor from its start. Both read it; neither rebuilds it.
+    #[test]
+    fn a_built_index_is_shared_by_every_process_serving_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        sample(dir.path(), 3);
+        let db = dir.path().join("index.redb");
+        let (built, _) = Index::build(&db, dir.path(), &info("t1"), |_| {}).expect("build");
+        let second = Index::open_complete(&db, &info("t1"))
+            .expect("open")
+            .expect("a second server finds it complete while the builder serves it");
+        let third = Index::open_complete(&db, &info("t1"))
+            .expect("open")
+            .expect("complete");
+        for index in [&built, &second, &third] {
+            assert!(index.lookup("", "f00002").expect("lookup").is_some());
+        }
+    }
+
+    /// A writer's handle left unclosed (a process killed while it had the index open for
+    /// writing, as msfs before read-only opens did) is repaired, not rebuilt.
+    #[test]
+    fn an_index_left_open_for_writing_is_repaired_and_served() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        sample(dir.path(), 3);
+        let db = dir.path().join("index.redb");
+        drop(Index::build(&db, dir.path(), &info("t1"), |_| {}).expect("build"));
+        let writer = Database::open(&db).expect("open for writing");
+        // As after a kill: the clean-shutdown mark is never written.
+        std::mem::forget(writer);
+        let copy = dir.path().join("copy.redb");
+        std::fs::copy(&db, &copy).expect("copy the unclosed file");
+        assert!(
+            matches!(
+                Database::builder().open_read_only(&copy),
+                Err(DatabaseError::RepairAborted)
+            ),
+            "the copy needs a repair"
+        );
+        let reopened = Index::open_complete(&copy, &info("t1"))
+            .expect("open")
+            .expect("repaired and complete");
+        assert!(reopened.lookup("", "f00002").expect("lookup").is_some());
     }
 
     #[test]

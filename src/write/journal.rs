@@ -80,6 +80,11 @@ impl UploadJournal {
         })
     }
 
+    /// Unlocks this process's journal for its successor (see [`PrivateDir::leave`]).
+    pub fn leave(&self) {
+        self.dir.leave();
+    }
+
     /// Records an upload just started. A failure is logged, not returned: the upload goes on,
     /// and only its cleanup after a crash falls back on `msfs abort-uploads`.
     pub async fn record(&self, store: &dyn ObjectStore, key: &str, upload_id: &str) {

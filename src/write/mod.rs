@@ -338,9 +338,28 @@ impl WriteEngine {
     pub fn buffered_bytes(&self) -> u64 {
         self.inner.buffers.used()
     }
+
+    /// Unlocks the spill and upload-journal directories for the process succeeding this one,
+    /// which commits what they hold as a dead process's (after [`WriteEngine::stop_commits`];
+    /// nothing may be written through the engine afterwards).
+    pub fn leave_to_successor(&self) {
+        self.inner.spill_dir.leave();
+        self.inner.journal.leave();
+    }
 }
 
 impl Inner {
+    /// The commit slots (`write_commit_workers`).
+    fn commit_workers(&self) -> u32 {
+        u32::try_from(self.config.commit_workers.max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// The slots of parts streamed ahead of commits.
+    fn streamed_part_slots(&self) -> u32 {
+        self.commit_workers()
+            .saturating_mul(STREAMED_PARTS_PER_WORKER as u32)
+    }
+
     fn files(&self) -> MutexGuard<'_, HashMap<(String, String), Arc<DirtyFile>>> {
         self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -173,6 +173,33 @@ impl WriteEngine {
     }
 }
 
+impl WriteEngine {
+    /// Before this process hands its mounts to a successor: lets the commits and streamed
+    /// parts in flight finish, for at most `within`, and starts no more (they wait for slots
+    /// never given back). The successor then finds every spill log as this process's last
+    /// commit left it, never changed under it. Whether everything in flight finished; what did
+    /// not is cut short at exit, and the successor sorts it out as after a kill (`landed`).
+    pub async fn stop_commits(&self, within: std::time::Duration) -> bool {
+        let inner = &self.inner;
+        let all_slots = async {
+            // Fair semaphores: once these wait, no new commit or part gets a slot before them.
+            let commits = inner
+                .commit_slots
+                .acquire_many(inner.commit_workers())
+                .await;
+            let parts = inner
+                .streamed_parts
+                .acquire_many(inner.streamed_part_slots())
+                .await;
+            if let (Ok(commits), Ok(parts)) = (commits, parts) {
+                commits.forget();
+                parts.forget();
+            }
+        };
+        tokio::time::timeout(within, all_slots).await.is_ok()
+    }
+}
+
 impl Inner {
     /// Commits `file` once, on one of the `write_commit_workers` slots.
     async fn commit_in_slot(self: &Arc<Self>, file: &Arc<DirtyFile>) -> Result<(), WriteError> {

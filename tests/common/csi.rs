@@ -309,6 +309,19 @@ impl CsiPlugin {
         ControllerClient::new(self.channel().await)
     }
 
+    /// Sends SIGTERM and returns: the plugin, once it exits, stays a zombie (its PID taken)
+    /// until [`CsiPlugin::stop`] reaps it, as under a container runtime that reaps at its own
+    /// pace. A successor must not wait for that, nor mistake what it left for a live process's.
+    pub fn signal_stop(&self) {
+        let pid = self
+            .launched
+            .or_else(|| self.child.as_ref().map(std::process::Child::id))
+            .expect("a running plugin");
+        // SAFETY: kill(2) on our own (or our launcher's) child, not reaped yet, so its PID
+        // cannot have been reused.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    }
+
     /// Sends SIGTERM and waits (bounded) for the plugin to exit; returns whether it did.
     pub fn stop(&mut self) -> bool {
         if let (Some(launcher), Some(pid)) = (self.launcher.as_mut(), self.launched.take()) {

@@ -157,6 +157,14 @@ impl MsfsMount {
         self.wait_for_line("waiting to succeed", "wait to succeed the running msfs")?;
         // SAFETY: kill(2) has no memory-safety preconditions; `old` is not reaped yet.
         unsafe { libc::kill(old_pid as libc::pid_t, libc::SIGTERM) };
+        // Reaped only once the successor serves: until then the old msfs is a zombie, its PID
+        // still taken, as under a container runtime that reaps at its own pace. The successor
+        // must not wait for that (nor mistake what it left for a live process's).
+        if let Err(e) = self.wait_for_line(": mounted", "serve after the hand-over") {
+            let _ = old.kill();
+            let _ = old.wait();
+            return Err(format!("{e}\nthe old msfs:\n{}", old_output()));
+        }
         let deadline = Instant::now() + STOP_TIMEOUT;
         let status = loop {
             if let Some(status) = old.try_wait().map_err(|e| format!("wait: {e}"))? {
@@ -172,7 +180,6 @@ impl MsfsMount {
             }
             std::thread::sleep(POLL_INTERVAL);
         };
-        self.wait_for_line(": mounted", "serve after the hand-over")?;
         Ok((status, old_output()))
     }
 

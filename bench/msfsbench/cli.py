@@ -16,7 +16,7 @@ from . import charts, datasets, install, report, selfcheck, shell
 from .facts import host
 from .filesystems import PEERS
 from .results import Results
-from .scale import FULL, QUICK, SELF_CHECK, MiB
+from .scale import FULL, MANIFEST_100M, QUICK, SELF_CHECK, MiB
 from .session import Plan, Session, needs_seeding
 from .shell import log
 from .workloads import State, Workload, all_workloads, select
@@ -32,6 +32,7 @@ SEED_MIB_S = 150.0
 class Options:
     quick: bool
     self_check: bool
+    manifest_100m: bool
     only: list[str] | None
     peers: list[str]
     runs: int | None
@@ -49,6 +50,9 @@ def parse(argv: list[str]) -> Options:
         "against a local S3 server. Run as root on a Debian machine; see bench/README.md.",
     )
     p.add_argument("--quick", action="store_true", help="smaller and shorter (under 10 minutes on 2 cores)")
+    p.add_argument("--scale-100m", dest="manifest_100m", action="store_true",
+                   help="the manifest group at 100M objects (a tree of ~100K directories and one flat "
+                   "directory): tens of GiB of disk, most of an hour with `ls -l` of the flat directory")
     p.add_argument("--self-check", action="store_true",
                    help="seconds-long smoke run (tiny data, one workload per family, msfs + raw), "
                    "into a temp dir; exits non-zero if any output is missing")
@@ -81,13 +85,16 @@ def parse(argv: list[str]) -> Options:
         p.error(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
     if a.runs is not None and a.runs < 1:
         p.error("--runs must be at least 1")
-    return Options(a.quick, a.self_check, a.only, peers, a.runs, a.results_dir, a.list_only, a.render, a.split_cpus,
+    if a.manifest_100m and (a.quick or a.self_check):
+        p.error("--scale-100m goes with neither --quick nor --self-check")
+    return Options(a.quick, a.self_check, a.manifest_100m, a.only, peers, a.runs, a.results_dir, a.list_only, a.render, a.split_cpus,
                    a.interleave)
 
 
 def make_plan(o: Options) -> Plan:
-    scale = SELF_CHECK if o.self_check else QUICK if o.quick else FULL
-    workloads = select(all_workloads(scale), o.only, smoke_only=o.self_check)
+    scale = SELF_CHECK if o.self_check else QUICK if o.quick else MANIFEST_100M if o.manifest_100m else FULL
+    workloads = select(all_workloads(scale), o.only or (["manifest"] if o.manifest_100m else None),
+                       smoke_only=o.self_check)
     # A peer none of the chosen workloads runs on (s3fs for `--only manifest`) is not installed,
     # mounted or shown.
     peers = [p for p in o.peers if any(w.runs_on(p) for w in workloads)]
@@ -169,6 +176,7 @@ def output_base(o: Options) -> Path:
         directory = BENCH_DIR / "results"
     directory.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if o.quick and not o.self_check else ""
+    suffix += "-100m" if o.manifest_100m else ""
     suffix += "-split" if o.split_cpus else ""
     suffix += "-interleave" if o.interleave else ""  # an A/B run does not replace the day's tables
     if o.only and not o.self_check:  # a partial run does not replace the day's full one

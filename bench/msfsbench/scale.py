@@ -6,7 +6,7 @@ without any workload knowing about them; the output records the scale so a reade
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -94,6 +94,19 @@ QUICK = Scale(
     "1/4/8), 2 s fio and random-write cells (not 10 s), 1 run (not 3); writes 128 x 1 MiB files (not "
     "1,024) and a 128 MiB sequential file (not 1 GiB); manifests of 1M objects in a tree (not 10M) "
     "and 200K in one directory (not 1M)",
+)
+
+# The manifest group at the seed's own scale (issue #24): a 100M-object tree of ~100K directories
+# (the seed's shape) and a 100M-entry flat directory. Only the manifest workloads use it.
+MANIFEST_100M = replace(
+    FULL,
+    name="100m",
+    runs=1,
+    manifest_tree=(100, 1000, 1000),
+    manifest_flat=100_000_000,
+    manifest_cap_seconds=4 * 3600.0,
+    note="100m: manifests of 100M objects in a tree (100 x 1,000 directories of 1,000 files) and "
+    "100M in one directory (not 10M and 1M); 1 run",
 )
 
 # Seconds-long smoke run for CI: proves every stage produces output; its numbers mean nothing.

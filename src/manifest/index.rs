@@ -18,6 +18,7 @@
 //! share it so, which an upgrade's two processes (the one handing over has it open until it
 //! exits) and two mounts of one manifest need.
 
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +28,8 @@ use redb::{
 };
 
 use super::codec::{DIR_TAG, decode, encode};
-use super::format::{self, Entry, EntryKind, FormatError, ManifestInfo};
+use super::format::{Entry, EntryKind, FormatError, ManifestInfo};
+use super::rows_ahead::RowsAhead;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const DIR_IDS: TableDefinition<&str, u64> = TableDefinition::new("dir_ids");
@@ -144,24 +146,34 @@ impl Index {
             .map_err(|e| store_error(e.into()))?;
         let mut ingest = Ingest::start(&db, path)?;
         ingest.add_dir("")?;
-        let mut next = ROOT_ID;
-        while let Some(dir) = ingest.dir_path(next)? {
-            let mut batch = Vec::new();
-            format::for_each_row(&format::dir_file(root, &dir), |entry| {
-                batch.push(entry);
-                if batch.len() >= BATCH_ROWS {
+        std::thread::scope(|scope| {
+            let ahead = RowsAhead::start(scope, root, BATCH_ROWS);
+            // Directories asked of the reader, in id order: `next`'s and at most one more.
+            let mut asked = VecDeque::new();
+            let mut next = ROOT_ID;
+            loop {
+                let mut ask = next + asked.len() as u64;
+                while ask <= next + 1
+                    && let Some(dir) = ingest.dir_path(ask)?
+                {
+                    ahead.request(&dir);
+                    asked.push_back(dir);
+                    ask += 1;
+                }
+                let Some(dir) = asked.pop_front() else {
+                    return Ok::<(), IndexError>(()); // no directory numbered `next`: all done
+                };
+                while let Some(mut batch) = ahead.next()? {
                     ingest.insert(next, &dir, &mut batch)?;
                     if ingest.rows_since_commit >= ROWS_PER_COMMIT {
                         ingest.commit_and_begin()?;
                         progress(ingest.stats);
                     }
                 }
-                Ok::<(), IndexError>(())
-            })?;
-            ingest.insert(next, &dir, &mut batch)?;
-            ingest.stats.directories += 1;
-            next += 1;
-        }
+                ingest.stats.directories += 1;
+                next += 1;
+            }
+        })?;
         let stats = ingest.stats;
         ingest.finish(&info.created_at)?;
         db.close().map_err(|e| store_error(e.into()))?;
@@ -340,15 +352,22 @@ impl<'a> Ingest<'a> {
                 let key = (id, entry.name.as_str());
                 if entry.is_dir() {
                     new_dirs.push(entry.name.clone());
-                } else if let Some(old) = entries.get(key).map_err(|e| self.error(e))?
-                    && old.value().first() == Some(&DIR_TAG)
-                {
-                    continue;
                 }
-                entries
+                // One descent per row: what a file row replaced is looked at afterwards (a
+                // directory of the same name wins, and is put back: rare, unlike a row).
+                let replaced = entries
                     .insert(key, encode(&entry.kind).as_slice())
-                    .map_err(|e| self.error(e))?;
-                inserted += 1;
+                    .map_err(|e| self.error(e))?
+                    .filter(|old| !entry.is_dir() && old.value().first() == Some(&DIR_TAG))
+                    .map(|old| old.value().to_vec());
+                match replaced {
+                    Some(dir) => {
+                        entries
+                            .insert(key, dir.as_slice())
+                            .map_err(|e| self.error(e))?;
+                    }
+                    None => inserted += 1,
+                }
             }
         }
         self.stats.entries += inserted;
@@ -390,7 +409,7 @@ mod tests {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use super::*;
-    use crate::manifest::format::{Totals, write_dir_file};
+    use crate::manifest::format::{self, Totals, write_dir_file};
 
     fn at(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)

@@ -27,4 +27,5 @@ pub mod owners;
 pub mod progress;
 mod queue;
 pub mod registry;
+mod rows_ahead;
 pub mod split;

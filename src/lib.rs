@@ -14,6 +14,7 @@ pub mod engines;
 pub mod fs;
 pub mod fuse;
 pub mod holder;
+pub mod malloc;
 pub mod manifest;
 pub mod private_dir;
 pub mod residency;

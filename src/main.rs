@@ -405,6 +405,7 @@ fn csi(args: CsiArgs) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    msfs::malloc::limit_arenas();
     let invoked_as = std::env::args().next().unwrap_or_default();
     let result = if invoked_as.ends_with("mount.msfs") {
         let args: Vec<String> = std::env::args().skip(1).collect();

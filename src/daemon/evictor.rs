@@ -61,6 +61,7 @@ fn run(fs: &Weak<Fs>, notifier: &Notifier, eviction: InodeEviction, stop: &Atomi
     // The inode count at the last look past the limit: while entries named then are still
     // being forgotten, looking again would find nothing new.
     let mut counted_at_last_look = 0;
+    let mut dropped_last_round = false;
     loop {
         std::thread::sleep(eviction.every);
         if stop.load(Ordering::Relaxed) {
@@ -76,7 +77,13 @@ fn run(fs: &Weak<Fs>, notifier: &Notifier, eviction: InodeEviction, stop: &Atomi
         }
         last_idle_look = Instant::now();
         counted_at_last_look = count;
+        // What the last round's entries held is free by now (the kernel forgot them): give it
+        // back, or the next listing's inodes land in new pages while it sits unused.
+        if dropped_last_round {
+            crate::malloc::trim();
+        }
         let entries = fs.evictable_entries(eviction.idle, eviction.limit);
+        dropped_last_round = !entries.is_empty();
         if entries.is_empty() {
             continue;
         }

@@ -5,7 +5,11 @@
 //! one arena is never reused by another: after a large directory's inodes come and go, the
 //! daemon keeps pages it no longer uses. One arena per core keeps contention as low (no more
 //! threads run at once than there are cores) and fragmentation far lower: measured with
-//! `bench/inode-limit.sh 65536` (`ls -l` of 1M entries), peak RSS 251 → 216 MiB.
+//! `bench/inode-limit.sh 65536` (`ls -l` of 1M entries), peak RSS 251 → 231 MiB (202 MiB with
+//! [`trim`] after eviction rounds). Throughput did not move: `bench/run --quick` of seq-cold,
+//! rand-4k (1 and 4 threads), small-4k-t4, meta-ls, meta-create-par and write-small-4k-t4 with
+//! `MALLOC_ARENA_MAX=16` (glibc's default here) beside this, 3 runs each: within each other's
+//! spread.
 
 /// Caps glibc's arenas at one per core, unless `MALLOC_ARENA_MAX` says otherwise (glibc reads it
 /// itself). Call first thing in `main`, before any thread starts.

@@ -130,20 +130,16 @@ impl Index {
         info: &ManifestInfo,
         mut progress: impl FnMut(IngestStats),
     ) -> Result<(Index, IngestStats), IndexError> {
-        let store_error = |source: redb::Error| IndexError::Store {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        };
         match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(store_error(redb::Error::Io(e)));
+                return Err(store_error(path, redb::Error::Io(e)));
             }
             _ => {}
         }
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)
-            .map_err(|e| store_error(e.into()))?;
+            .map_err(|e| store_error(path, e))?;
         let mut ingest = Ingest::start(&db, path)?;
         ingest.add_dir("")?;
         std::thread::scope(|scope| {
@@ -176,8 +172,8 @@ impl Index {
         })?;
         let stats = ingest.stats;
         ingest.finish(&info.created_at)?;
-        db.close().map_err(|e| store_error(e.into()))?;
-        let index = Self::open(path).map_err(|e| store_error(e.into()))?;
+        db.close().map_err(|e| store_error(path, e))?;
+        let index = Self::open(path).map_err(|e| store_error(path, e))?;
         progress(stats);
         Ok((index, stats))
     }
@@ -247,10 +243,7 @@ impl Index {
     }
 
     fn error(&self, e: impl Into<redb::Error>) -> IndexError {
-        IndexError::Store {
-            path: self.path.clone(),
-            source: Box::new(e.into()),
-        }
+        store_error(&self.path, e)
     }
 
     fn corrupt(&self, dir: &str, name: &str) -> IndexError {
@@ -258,6 +251,14 @@ impl Index {
             path: self.path.clone(),
             key: format!("{dir}/{name}"),
         }
+    }
+}
+
+/// A failure of the redb store at `path`.
+fn store_error(path: &Path, e: impl Into<redb::Error>) -> IndexError {
+    IndexError::Store {
+        path: path.to_path_buf(),
+        source: Box::new(e.into()),
     }
 }
 
@@ -302,10 +303,7 @@ impl<'a> Ingest<'a> {
     }
 
     fn error(&self, e: impl Into<redb::Error>) -> IndexError {
-        IndexError::Store {
-            path: self.path.to_path_buf(),
-            source: Box::new(e.into()),
-        }
+        store_error(self.path, e)
     }
 
     fn commit_and_begin(&mut self) -> Result<(), IndexError> {

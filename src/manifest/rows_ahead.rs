@@ -61,9 +61,10 @@ impl RowsAhead {
             Ok(Rows::Batch(batch)) => Ok(Some(batch)),
             Ok(Rows::End) => Ok(None),
             Ok(Rows::Failed(e)) => Err(e),
+            // The reader holds its sender until this end goes: only a panic drops it earlier.
             Err(_) => Err(FormatError::Io {
                 path: PathBuf::new(),
-                source: std::io::Error::other("the manifest reader thread ended"),
+                source: std::io::Error::other("the manifest reader thread panicked"),
             }),
         }
     }

@@ -74,6 +74,16 @@ const RETRY_LAST: Duration = Duration::from_secs(60);
 /// The kind of the spill directories of msfs versions before `durable`.
 const LEGACY_SPILL_KIND: &str = "msfs-writes";
 
+/// The commit slots: `write_commit_workers`, at least one.
+fn commit_slots(config: &WriteConfig) -> usize {
+    config.commit_workers.max(1)
+}
+
+/// The slots of parts streamed ahead of commits, process-wide.
+fn streamed_part_slots(config: &WriteConfig) -> usize {
+    commit_slots(config) * STREAMED_PARTS_PER_WORKER
+}
+
 /// What the write engine is sized by (from the top-level configuration).
 #[derive(Debug, Clone)]
 pub struct WriteConfig {
@@ -154,7 +164,6 @@ impl WriteEngine {
             .map_err(|(path, source)| WriteError::SpillDir { path, source })?;
         let journal = UploadJournal::open(&journal_parent)
             .map_err(|(path, source)| WriteError::JournalDir { path, source })?;
-        let workers = config.commit_workers.max(1);
         Ok(WriteEngine {
             inner: Arc::new(Inner {
                 spill_parent: journal_parent,
@@ -163,8 +172,8 @@ impl WriteEngine {
                 journal: Arc::new(journal),
                 files: Mutex::new(HashMap::new()),
                 next_spill: AtomicU64::new(1),
-                commit_slots: Semaphore::new(workers),
-                streamed_parts: Arc::new(Semaphore::new(workers * STREAMED_PARTS_PER_WORKER)),
+                commit_slots: Semaphore::new(commit_slots(&config)),
+                streamed_parts: Arc::new(Semaphore::new(streamed_part_slots(&config))),
                 budget: Budget::new(config.dirty_limit),
                 buffers: Arc::new(Budget::new(config.buffer_limit)),
                 reader,
@@ -349,17 +358,6 @@ impl WriteEngine {
 }
 
 impl Inner {
-    /// The commit slots (`write_commit_workers`).
-    fn commit_workers(&self) -> u32 {
-        u32::try_from(self.config.commit_workers.max(1)).unwrap_or(u32::MAX)
-    }
-
-    /// The slots of parts streamed ahead of commits.
-    fn streamed_part_slots(&self) -> u32 {
-        self.commit_workers()
-            .saturating_mul(STREAMED_PARTS_PER_WORKER as u32)
-    }
-
     fn files(&self) -> MutexGuard<'_, HashMap<(String, String), Arc<DirtyFile>>> {
         self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }

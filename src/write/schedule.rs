@@ -185,11 +185,11 @@ impl WriteEngine {
             // Fair semaphores: once these wait, no new commit or part gets a slot before them.
             let commits = inner
                 .commit_slots
-                .acquire_many(inner.commit_workers())
+                .acquire_many(permits(super::commit_slots(&inner.config)))
                 .await;
             let parts = inner
                 .streamed_parts
-                .acquire_many(inner.streamed_part_slots())
+                .acquire_many(permits(super::streamed_part_slots(&inner.config)))
                 .await;
             if let (Ok(commits), Ok(parts)) = (commits, parts) {
                 commits.forget();
@@ -237,4 +237,9 @@ fn record_failure(state: &mut file::State, error: &WriteError) {
         state.failure = Some(message);
         durable::log_failure(state);
     }
+}
+
+/// `slots` as tokio's `acquire_many` counts them (a semaphore holds far fewer than `u32::MAX`).
+fn permits(slots: usize) -> u32 {
+    u32::try_from(slots).unwrap_or(u32::MAX)
 }

@@ -243,21 +243,6 @@ impl Fs {
         fh: u64,
         offset: u64,
         plus: bool,
-        sink: impl FnMut(u64, &str, Attr, bool) -> bool,
-    ) -> Result<()> {
-        match &self.kernel_state {
-            // Each entry of a readdirplus reply is a new inode to journal: one write for the
-            // reply instead of one per entry, done before the caller sends the reply.
-            Some(state) if plus => state.batch(|| self.list_entries(fh, offset, plus, sink)),
-            _ => self.list_entries(fh, offset, plus, sink),
-        }
-    }
-
-    fn list_entries(
-        &self,
-        fh: u64,
-        offset: u64,
-        plus: bool,
         mut sink: impl FnMut(u64, &str, Attr, bool) -> bool,
     ) -> Result<()> {
         let handle = lock(&self.dirs)

@@ -6,7 +6,7 @@
 //! know is answered `ESTALE`/`EBADF` and the application holding it fails. So every change the
 //! kernel is told of is appended here *before* the kernel is answered: a new inode (its parent,
 //! name, backend and path), a rename, a name removed, an inode forgotten, a handle opened or
-//! closed. One JSON line per change, one `write(2)` on an `O_APPEND` file, no fsync: the page
+//! closed. One JSON line per change, appended to the log file, no fsync: the page
 //! cache survives the process, not the node — and a node reboot ends the FUSE connection anyway.
 //! A process killed mid-append leaves at most a torn last line, which replay skips (it belongs
 //! to a change the kernel was never told of).
@@ -23,24 +23,21 @@
 //! records are idempotent, so a change that is both in the snapshot and in the new log is
 //! simply applied twice.
 //!
-//! A readdirplus reply makes an inode of every entry it carries, and a `write(2)` per entry
-//! was most of the journal's cost on `ls -l` (bench/journal-cost.sh). So a thread may *batch*
-//! ([`KernelState::batch`]): its records wait in the journal's pending buffer and are written
-//! together when the batch ends, still before the reply that tells the kernel of them is sent.
-//! Every record — batched or not, of any thread — goes through that one buffer in the order
-//! the changes were made, and a record appended outside a batch writes the buffer out with
-//! everything queued before it, so the log's order is the order of the changes and no thread
-//! answers the kernel before its own record is written.
+//! An append costs no system call: the log is written through a shared mapping of its tail
+//! (`mapped_log`), a copy into the page cache under the journal's lock. A `write(2)` per record
+//! was most of the journal's cost on `ls -l` and `find` (`bench/journal-cost.sh`), where nearly
+//! every reply to the kernel carries a change to record first.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, Write};
+use std::fs::File;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
+
+use super::mapped_log::{self, MappedLog};
 
 /// Appends past which a compaction is due, on top of four times the live state.
 const COMPACT_SLACK: u64 = 100_000;
@@ -223,45 +220,9 @@ pub struct KernelState {
 #[derive(Debug)]
 struct Log {
     generation: u64,
-    file: File,
-    /// Encoded records not written yet: those of batches still running, in order.
-    pending: Vec<u8>,
-}
-
-impl Log {
-    /// Writes out every pending record. A failure is logged, not returned: the mount keeps
-    /// serving, only its survival of a restart is at stake.
-    fn write_pending(&mut self, dir: &Path) {
-        if self.pending.is_empty() {
-            return;
-        }
-        if let Err(e) = (&self.file).write_all(&self.pending) {
-            tracing::warn!(dir = %dir.display(), error = %e,
-                "cannot journal the kernel's state; a restart of this process will not find it");
-        }
-        self.pending.clear();
-    }
-}
-
-thread_local! {
-    /// The journal this thread is batching records for (its address), if any.
-    static BATCHING: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Ends a batch when dropped, even by a panic: the thread batches no more, and what it queued
-/// is written.
-struct BatchEnd<'a> {
-    state: &'a KernelState,
-    outer: usize,
-}
-
-impl Drop for BatchEnd<'_> {
-    fn drop(&mut self) {
-        BATCHING.with(|batching| batching.set(self.outer));
-        if self.outer != self.state.address() {
-            self.state.lock_log().write_pending(&self.state.dir);
-        }
-    }
+    file: MappedLog,
+    /// A record being encoded (kept to reuse its allocation).
+    line: Vec<u8>,
 }
 
 impl KernelState {
@@ -309,7 +270,7 @@ impl KernelState {
             log: Mutex::new(Log {
                 generation,
                 file,
-                pending: Vec::new(),
+                line: Vec::new(),
             }),
             appended: AtomicU64::new(0),
             live: AtomicU64::new(0),
@@ -320,36 +281,22 @@ impl KernelState {
         &self.dir
     }
 
-    /// Records a change before the kernel hears of it: written at once, or, inside
-    /// [`KernelState::batch`] on this thread, when the batch ends. A failure is logged, not
-    /// returned: the mount keeps serving, only its survival of a restart is at stake.
+    /// Records a change before the kernel hears of it. A failure is logged, not returned: the
+    /// mount keeps serving, only its survival of a restart is at stake.
     pub fn append(&self, record: &Record) {
         let mut log = self.lock_log();
-        let start = log.pending.len();
-        if let Err(e) = serde_json::to_writer(&mut log.pending, record) {
-            log.pending.truncate(start);
+        let Log { file, line, .. } = &mut *log;
+        line.clear();
+        if let Err(e) = serde_json::to_writer(&mut *line, record) {
             tracing::error!(error = %e, "cannot encode a kernel-state record");
             return;
         }
-        log.pending.push(b'\n');
+        line.push(b'\n');
         self.appended.fetch_add(1, Ordering::Relaxed);
-        if BATCHING.with(Cell::get) != self.address() {
-            log.write_pending(&self.dir);
+        if let Err(e) = file.append(line) {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
+                "cannot journal the kernel's state; a restart of this process will not find it");
         }
-    }
-
-    /// Runs `work` with this thread's records held back and written in one `write(2)` when it
-    /// returns (or unwinds). `work` must not answer the kernel about what it records: the
-    /// caller answers once `batch` has returned. Nested batches write at the outermost's end.
-    pub fn batch<R>(&self, work: impl FnOnce() -> R) -> R {
-        let outer = BATCHING.with(|batching| batching.replace(self.address()));
-        let _end = BatchEnd { state: self, outer };
-        work()
-    }
-
-    /// Tells this journal apart in [`BATCHING`].
-    fn address(&self) -> usize {
-        std::ptr::from_ref(self) as usize
     }
 
     fn lock_log(&self) -> std::sync::MutexGuard<'_, Log> {
@@ -368,8 +315,6 @@ impl KernelState {
         let old = {
             let mut log = self.lock_log();
             let generation = log.generation + 1;
-            // Pending records belong before the snapshot is taken: the old log gets them.
-            log.write_pending(&self.dir);
             log.file = open_log(&self.dir, generation)?;
             self.appended.store(0, Ordering::Relaxed);
             std::mem::replace(&mut log.generation, generation)
@@ -414,24 +359,18 @@ fn journal_files(dir: &Path) -> io::Result<Vec<(FileKind, PathBuf)>> {
     Ok(files)
 }
 
-fn open_log(dir: &Path, generation: u64) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{LOG_PREFIX}{generation}")))
+fn open_log(dir: &Path, generation: u64) -> io::Result<MappedLog> {
+    MappedLog::create(&dir.join(format!("{LOG_PREFIX}{generation}")))
 }
 
 fn replay(path: &Path, into: &mut Restored) -> io::Result<()> {
-    let file = io::BufReader::new(File::open(path)?);
-    for line in file.split(b'\n') {
-        let line = line?;
-        match serde_json::from_slice::<Record>(&line) {
+    for line in mapped_log::read_lines(io::BufReader::new(File::open(path)?)) {
+        match serde_json::from_slice::<Record>(&line?) {
             Ok(record) => into.apply(record),
             // Only the last line can be torn (a process killed mid-append); a change the
             // kernel was never told of.
-            Err(e) if !line.is_empty() => tracing::warn!(path = %path.display(), error = %e,
+            Err(e) => tracing::warn!(path = %path.display(), error = %e,
                 "skipping an unreadable kernel-state record"),
-            Err(_) => {}
         }
     }
     Ok(())
@@ -467,74 +406,31 @@ mod tests {
 
     /// The records in the journal's current log, as the next process would read them.
     fn logged(dir: &Path) -> Vec<Record> {
-        let text = std::fs::read_to_string(dir.join("log.0")).expect("log");
-        text.lines()
-            .map(|line| serde_json::from_str(line).expect("a record"))
+        let log = io::BufReader::new(File::open(dir.join("log.0")).expect("log"));
+        mapped_log::read_lines(log)
+            .map(|line| serde_json::from_slice(&line.expect("read")).expect("a record"))
             .collect()
     }
 
     #[test]
-    fn a_batch_is_written_when_it_ends_in_the_order_of_the_changes() {
+    fn each_change_is_in_the_log_at_once_in_the_order_made() {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = std::sync::Arc::new(KernelState::create(dir.path()).expect("create"));
-        state.batch(|| {
-            state.append(&node(2, 1, "a"));
-            state.append(&node(3, 1, "b"));
-            assert_eq!(logged(dir.path()), [], "held back while the batch runs");
-            // Another thread's change, made after these, is written at once, and with it
-            // what was queued before it: the log keeps the order of the changes.
-            let other = std::sync::Arc::clone(&state);
-            std::thread::spawn(move || other.append(&Record::Forgotten { ino: 2 }))
-                .join()
-                .expect("the other thread");
-            assert_eq!(
-                logged(dir.path()),
-                [
-                    node(2, 1, "a"),
-                    node(3, 1, "b"),
-                    Record::Forgotten { ino: 2 }
-                ]
-            );
-            state.append(&node(4, 1, "c"));
-            state.batch(|| state.append(&node(5, 1, "d")));
-            assert_eq!(
-                logged(dir.path()).len(),
-                3,
-                "a nested batch ends with the outer one"
-            );
-        });
-        assert_eq!(
-            logged(dir.path()),
-            [
-                node(2, 1, "a"),
-                node(3, 1, "b"),
-                Record::Forgotten { ino: 2 },
-                node(4, 1, "c"),
-                node(5, 1, "d"),
-            ]
-        );
+        state.append(&node(2, 1, "a"));
+        assert_eq!(logged(dir.path()), [node(2, 1, "a")]);
+        let other = std::sync::Arc::clone(&state);
+        std::thread::spawn(move || other.append(&Record::Forgotten { ino: 2 }))
+            .join()
+            .expect("the other thread");
         state.append(&file(7, 3));
         assert_eq!(
-            logged(dir.path()).len(),
-            6,
-            "outside a batch, written at once"
+            logged(dir.path()),
+            [node(2, 1, "a"), Record::Forgotten { ino: 2 }, file(7, 3)]
         );
-    }
-
-    #[test]
-    fn a_batch_cut_short_by_a_panic_is_still_written() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let state = KernelState::create(dir.path()).expect("create");
-        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            state.batch(|| {
-                state.append(&node(2, 1, "a"));
-                panic!("a reply that could not be built");
-            })
-        }));
-        assert!(unwound.is_err());
-        assert_eq!(logged(dir.path()), [node(2, 1, "a")]);
-        state.append(&node(3, 1, "b"));
-        assert_eq!(logged(dir.path()).len(), 2, "the thread batches no more");
+        // What a successor replays from a log its writer never closed (killed).
+        let (_, restored) = KernelState::resume(dir.path()).expect("resume");
+        assert!(restored.nodes.is_empty());
+        assert_eq!(restored.files.len(), 1);
     }
 
     #[test]
@@ -559,10 +455,20 @@ mod tests {
         ] {
             state.append(&record);
         }
-        drop(state);
+        // Killed mid-append (the state is not dropped, so the window's zeros stay): the first
+        // bytes of a record, then zeros.
         let log = dir.path().join("log.0");
-        let mut torn = OpenOptions::new().append(true).open(&log).expect("log");
-        torn.write_all(b"{\"r\":\"node\",\"ino\":5,").expect("torn");
+        let end = std::fs::read(&log)
+            .expect("log")
+            .iter()
+            .position(|&b| b == 0);
+        let torn = File::options().write(true).open(&log).expect("log");
+        std::os::unix::fs::FileExt::write_at(
+            &torn,
+            b"{\"r\":\"node\",\"ino\":5,",
+            end.expect("zeros after the records") as u64,
+        )
+        .expect("torn");
 
         let (_state, restored) = KernelState::resume(dir.path()).expect("resume");
         assert_eq!(restored.nodes.keys().copied().collect::<Vec<_>>(), [2, 3]);

@@ -31,6 +31,7 @@ mod live_pages;
 mod lookup;
 mod manifest_listing;
 mod manifest_owner;
+mod mapped_log;
 mod meta_ops;
 mod passthrough;
 mod posix;

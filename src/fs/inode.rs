@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::backend::Backend;
-use super::kernel_state::{KernelState, NodeRecord, Record, Restored};
+use super::kernel_state::{KernelState, NodeRecord, Record, Restored, Snapshot};
 use super::listing::{ChildKind, FileMeta};
 use crate::telemetry::Metrics;
 
@@ -180,27 +180,30 @@ impl InodeTable {
         taken
     }
 
-    /// The table as journal records would rebuild it (for a compaction).
-    pub fn snapshot(&self, into: &mut Restored) {
-        for node in self.nodes.values() {
-            let Some(backend) = &node.backend else {
-                continue;
+    /// Writes the table as journal records that rebuild it (for a compaction).
+    pub fn snapshot(&self, out: &mut Snapshot) {
+        let nodes: Vec<&Node> = self
+            .nodes
+            .values()
+            .map(|node| &**node)
+            .filter(|node| node.backend.is_some())
+            .collect();
+        out.nodes(&nodes, |node| {
+            let record = NodeRecord {
+                ino: node.ino,
+                parent: node.parent,
+                name: node.name.clone(),
+                backend: node
+                    .backend
+                    .as_ref()
+                    .map(|backend| backend.dir_name.clone())
+                    .unwrap_or_default(),
+                path: node.path.clone(),
+                dir: node.is_dir(),
             };
-            into.nodes.insert(
-                node.ino,
-                NodeRecord {
-                    ino: node.ino,
-                    parent: node.parent,
-                    name: node.name.clone(),
-                    backend: backend.dir_name.clone(),
-                    path: node.path.clone(),
-                    dir: node.is_dir(),
-                },
-            );
-        }
-        for (key, ino) in &self.by_name {
-            into.names.insert(key.clone(), *ino);
-        }
+            let named = self.by_name.get(&(node.parent, node.name.clone())).copied();
+            (record, named)
+        });
     }
 
     pub fn get(&self, ino: u64) -> Option<&Node> {

@@ -30,7 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -163,46 +163,74 @@ impl Restored {
         }
     }
 
-    /// The records that rebuild this state from nothing.
-    /// The records that rebuild this state, taken out of it: a compaction of a mount holding
-    /// hundreds of thousands of inodes must not hold its nodes twice.
-    pub fn into_records(self) -> Vec<Record> {
-        // A node's own name may have gone (unlinked) or been taken by another (renamed over,
-        // replaced): such nodes come first, then what unnames theirs, then the nodes that hold
-        // their names, whose records map the names again.
-        let Restored {
-            nodes,
-            names,
-            files,
-            dirs,
-        } = self;
-        let mut records = Vec::with_capacity(nodes.len() + files.len() + dirs.len());
-        let mut holders = Vec::new();
-        let mut unnamed = Vec::new();
-        for node in nodes.into_values() {
-            match names.get(&(node.parent, node.name.clone())) {
-                Some(ino) if *ino == node.ino => holders.push(node),
-                held => {
-                    if held.is_none() {
-                        unnamed.push(Record::Unnamed {
-                            parent: node.parent,
-                            name: node.name.clone(),
-                        });
-                    }
-                    records.push(Record::Node(node));
-                }
-            }
+    /// Writes the records that rebuild this state from nothing (tests: a mount snapshots its
+    /// own tables, `Fs::compact_kernel_state`).
+    #[cfg(test)]
+    fn write_to(&self, out: &mut Snapshot) {
+        let nodes: Vec<&NodeRecord> = self.nodes.values().collect();
+        out.nodes(&nodes, |node| {
+            let named = self.names.get(&(node.parent, node.name.clone())).copied();
+            ((*node).clone(), named)
+        });
+        for file in self.files.values() {
+            out.record(&Record::File(file.clone()));
         }
-        drop(names);
-        records.append(&mut unnamed);
-        records.extend(holders.into_iter().map(Record::Node));
-        records.extend(files.into_values().map(Record::File));
-        records.extend(dirs.into_iter().map(|(fh, ino)| Record::Dir { fh, ino }));
-        records
+        for (&fh, &ino) in &self.dirs {
+            out.record(&Record::Dir { fh, ino });
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty() && self.files.is_empty() && self.dirs.is_empty()
+    }
+}
+
+/// The live state a compaction writes as the new base, encoded as it is handed over: about 100
+/// bytes a record, where the tables' own records (a node's three strings, map entries) took
+/// three times that, twice, at the moment a listing had the most inodes.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    body: Vec<u8>,
+    records: u64,
+}
+
+impl Snapshot {
+    pub fn record(&mut self, record: &Record) {
+        let start = self.body.len();
+        if let Err(e) = serde_json::to_writer(&mut self.body, record) {
+            self.body.truncate(start);
+            tracing::error!(error = %e, "cannot encode a kernel-state record");
+            return;
+        }
+        self.body.push(b'\n');
+        self.records += 1;
+    }
+
+    /// Writes a table's nodes, each described by `describe` as its record and the inode its
+    /// (parent, name) resolves to now, if any. A node's own name may have gone (unlinked) or been
+    /// taken by another (renamed over, replaced): such nodes come first, each followed by what
+    /// unnames its name if nothing holds it, then the nodes that hold their names, whose records
+    /// map the names again.
+    pub fn nodes<N>(&mut self, nodes: &[N], describe: impl Fn(&N) -> (NodeRecord, Option<u64>)) {
+        let mut holders = Vec::new();
+        for (at, node) in nodes.iter().enumerate() {
+            let (record, named) = describe(node);
+            if named == Some(record.ino) {
+                holders.push(at);
+                continue;
+            }
+            let unnamed = named.is_none().then(|| Record::Unnamed {
+                parent: record.parent,
+                name: record.name.clone(),
+            });
+            self.record(&Record::Node(record));
+            if let Some(unnamed) = unnamed {
+                self.record(&unnamed);
+            }
+        }
+        for at in holders {
+            self.record(&Record::Node(describe(&nodes[at]).0));
+        }
     }
 }
 
@@ -309,9 +337,9 @@ impl KernelState {
         self.appended.load(Ordering::Relaxed) > live.saturating_mul(4) + COMPACT_SLACK
     }
 
-    /// Rewrites the journal as `snapshot()`, the live state. Appends made while the snapshot
-    /// is taken go to the new generation's log, so none is lost (see the module doc).
-    pub fn compact(&self, snapshot: impl FnOnce() -> Vec<Record>) -> io::Result<()> {
+    /// Rewrites the journal as what `snapshot` writes, the live state. Appends made while the
+    /// snapshot is taken go to the new generation's log, so none is lost (see the module doc).
+    pub fn compact(&self, snapshot: impl FnOnce(&mut Snapshot)) -> io::Result<()> {
         let old = {
             let mut log = self.lock_log();
             let generation = log.generation + 1;
@@ -320,18 +348,12 @@ impl KernelState {
             std::mem::replace(&mut log.generation, generation)
         };
         let generation = old + 1;
-        let records = snapshot();
-        let live = records.len() as u64;
+        let mut records = Snapshot::default();
+        snapshot(&mut records);
         let temp = self.dir.join(format!(".{BASE_PREFIX}{generation}.tmp"));
-        // Streamed, not built in memory first: as large as the records again.
-        let mut body = io::BufWriter::new(File::create(&temp)?);
-        for record in records {
-            serde_json::to_writer(&mut body, &record).map_err(io::Error::other)?;
-            body.write_all(b"\n")?;
-        }
-        body.into_inner().map_err(io::IntoInnerError::into_error)?;
+        std::fs::write(&temp, &records.body)?;
         std::fs::rename(&temp, self.dir.join(format!("{BASE_PREFIX}{generation}")))?;
-        self.live.store(live, Ordering::Relaxed);
+        self.live.store(records.records, Ordering::Relaxed);
         for (kind, path) in journal_files(&self.dir)? {
             if kind.1 < generation {
                 std::fs::remove_file(path)?;
@@ -494,8 +516,9 @@ mod tests {
             expected.apply(record.clone());
             state.append(&record);
         }
-        let snapshot = expected.clone().into_records();
-        state.compact(|| snapshot).expect("compact");
+        state
+            .compact(|out| expected.write_to(out))
+            .expect("compact");
         let late = file(3, 45);
         expected.apply(late.clone());
         state.append(&late);
@@ -560,9 +583,11 @@ mod tests {
         ] {
             expected.apply(record);
         }
+        let mut out = Snapshot::default();
+        expected.write_to(&mut out);
         let mut rebuilt = Restored::default();
-        for record in expected.clone().into_records() {
-            rebuilt.apply(record);
+        for line in mapped_log::read_lines(&out.body[..]) {
+            rebuilt.apply(serde_json::from_slice(&line.expect("read")).expect("a record"));
         }
         assert_eq!(rebuilt, expected);
         assert_eq!(rebuilt.names.get(&(1, "x".into())), Some(&3));

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::kernel_state::{FileRecord, Restored};
+use super::kernel_state::{FileRecord, Record, Restored};
 use super::passthrough::HandleIo;
 use super::{FileHandle, Fs, FsError, Result, SequentialDetector, lock};
 use crate::cache::ObjectVersion;
@@ -90,16 +90,17 @@ impl Fs {
         let Some(state) = &self.kernel_state else {
             return;
         };
-        let result = state.compact(|| {
-            let mut live = Restored::default();
-            lock(&self.inodes).snapshot(&mut live);
-            for (fh, handle) in lock(&self.files).iter() {
-                live.files.insert(*fh, handle.record(*fh));
+        let result = state.compact(|out| {
+            lock(&self.inodes).snapshot(out);
+            for (&fh, handle) in lock(&self.files).iter() {
+                out.record(&Record::File(handle.record(fh)));
             }
-            for (fh, handle) in lock(&self.dirs).iter() {
-                live.dirs.insert(*fh, handle.ino);
+            for (&fh, handle) in lock(&self.dirs).iter() {
+                out.record(&Record::Dir {
+                    fh,
+                    ino: handle.ino,
+                });
             }
-            live.into_records()
         });
         if let Err(e) = result {
             tracing::warn!(dir = %state.dir().display(), error = %e,

@@ -5,15 +5,27 @@
 # (VmHWM), the inodes it holds after (`msfs_fuse_inodes`) and the entries it asked the kernel
 # to drop (`msfs_fuse_inodes_evicted_total`).
 #
-#   bench/inode-limit.sh LIMIT [FILES]        FILES defaults to 1000000
+#   bench/inode-limit.sh LIMIT [FILES [LISTER]]   FILES defaults to 1000000, LISTER to ls
 #   MSFS_ARGS=--no-fd-holder bench/inode-limit.sh 65536    without the kernel-state journal
+#
+# LISTER `find` lists with `find DIR -mindepth 1 -ls` instead of `ls -l`: the same lstat per entry,
+# printed as it is read. GNU `ls -l` (even with -U) holds every entry before printing, about
+# 250 bytes each, so it cannot list 100M entries in 24 GiB (it was OOM-killed at 97M).
+# Every 10 s the daemon's RSS, its anonymous and shared (mapped tmpfs) parts and the inodes
+# it holds are printed, to see what grows with the listing's length.
 #
 # Needs root (FUSE), curl and a built msfs (release if there is one). Runs in a temp dir, removed
 # at the end (a 10M-entry manifest takes about 1 GB there); stops only the processes it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIMIT=${1:?usage: bench/inode-limit.sh LIMIT [FILES]}
+LIMIT=${1:?usage: bench/inode-limit.sh LIMIT [FILES [ls|find]]}
 FILES=${2:-1000000}
+LISTER=${3:-ls}
+case $LISTER in
+    ls) list() { ls -l "$1"; } ;;
+    find) list() { find "$1" -mindepth 1 -ls; } ;;
+    *) echo "LISTER is ls or find, not $LISTER" >&2; exit 2 ;;
+esac
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh inode-limit
 
@@ -47,10 +59,21 @@ metric() { curl -s "127.0.0.1:$PORT/metrics" | awk -v name="$1" '$1 == name { pr
 peak_kib() { awk '/^VmHWM/ { print $2 }' "/proc/$DAEMON/status"; }
 
 echo "inode-limit: limit $LIMIT, $FILES files, ${MSFS_ARGS:-journal on}; idle mount: $(peak_kib) KiB peak"
+sample() {
+    while sleep 10; do
+        awk -v inodes="$(metric msfs_fuse_inodes)" '
+            /^Rss:/ { rss = $2 } /^Anonymous:/ { anon = $2 } /^Rss_Shmem:/ { shmem = $2 }
+            END { printf "inode-limit: sample: rss %d MiB, anonymous %d MiB, shmem %d KiB, inodes %s\n",
+                  rss / 1024, anon / 1024, shmem, inodes }' "/proc/$DAEMON/smaps_rollup" || break
+    done
+}
+sample &
+SAMPLER=$!
 START=$(date +%s.%N)
-LINES=$(ls -l "$M/flat" | wc -l)
+LINES=$(list "$M/flat" | wc -l)
 END=$(date +%s.%N)
-echo "inode-limit: ls -l: $LINES lines in $(echo "$END - $START" | bc) s"
+kill "$SAMPLER"
+echo "inode-limit: $LISTER: $LINES lines in $(echo "$END - $START" | bc) s"
 # The kernel forgets what it was asked to drop a moment later.
 for _ in $(seq 100); do
     [ "$(metric msfs_fuse_inodes)" -le "$LIMIT" ] && break

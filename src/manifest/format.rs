@@ -190,12 +190,11 @@ pub fn write_row(entry: &Entry, out: &mut String) {
         EntryKind::Dir { .. } => write!(out, "d\t{name}\t0\t-\t-"),
         EntryKind::File {
             size, etag, mtime, ..
-        } => write!(
-            out,
-            "f\t{name}\t{size}\t{}\t{}",
-            escape(etag),
-            format_time(*mtime)
-        ),
+        } => {
+            let written = write!(out, "f\t{name}\t{size}\t{}\t", escape(etag));
+            push_time(*mtime, out);
+            written
+        }
     };
     if let Some(owner) = entry.kind.owner() {
         out.push('\t');
@@ -241,6 +240,24 @@ pub fn parse_row(line: &str) -> Result<Entry, String> {
 
 /// RFC 3339 in UTC, with fractional seconds only when there are any, to the microsecond (the
 /// formatter's precision; S3 reports milliseconds).
+/// Appends `time` as [`format_time`] writes it. The last time formatted on this thread is
+/// kept: the objects of a listing page were mostly written in the same second, and formatting
+/// (an allocation and a calendar conversion) was a few percent of a generation.
+fn push_time(time: SystemTime, out: &mut String) {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(SystemTime, String)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((at, text)) if *at == time => out.push_str(text),
+        _ => {
+            let text = format_time(time);
+            out.push_str(&text);
+            *last = Some((time, text));
+        }
+    });
+}
+
 pub fn format_time(time: SystemTime) -> String {
     DateTime::from(time)
         .fmt(DateTimeFormat::DateTime)
@@ -256,7 +273,11 @@ pub fn parse_time(text: &str) -> Result<SystemTime, String> {
 
 /// Escapes `\`, TAB, LF and CR so a field stays on its row and in its column.
 pub fn escape(field: &str) -> Cow<'_, str> {
-    if !field.contains(['\\', '\t', '\n', '\r']) {
+    // A byte scan: these are ASCII, and a `char` pattern search cost 6% of a generation.
+    if !field
+        .bytes()
+        .any(|b| matches!(b, b'\\' | b'\t' | b'\n' | b'\r'))
+    {
         return Cow::Borrowed(field);
     }
     let mut out = String::with_capacity(field.len() + 4);

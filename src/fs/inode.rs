@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::backend::Backend;
-use super::kernel_state::{KernelState, NodeRecord, Record, Restored, Snapshot};
+use super::kernel_state::{KernelState, NameHeld, NodeRecord, Record, Restored, Snapshot};
 use super::listing::{ChildKind, FileMeta};
 use crate::telemetry::Metrics;
 
@@ -188,8 +188,9 @@ impl InodeTable {
             .map(|node| &**node)
             .filter(|node| node.backend.is_some())
             .collect();
-        out.nodes(&nodes, |node| {
-            let record = NodeRecord {
+        out.nodes(
+            &nodes,
+            |node| NodeRecord {
                 ino: node.ino,
                 parent: node.parent,
                 name: node.name.clone(),
@@ -200,10 +201,12 @@ impl InodeTable {
                     .unwrap_or_default(),
                 path: node.path.clone(),
                 dir: node.is_dir(),
-            };
-            let named = self.by_name.get(&(node.parent, node.name.clone())).copied();
-            (record, named)
-        });
+            },
+            |node| {
+                let held = self.by_name.get(&(node.parent, node.name.clone()));
+                NameHeld::of(node.ino, held.copied())
+            },
+        );
     }
 
     pub fn get(&self, ino: u64) -> Option<&Node> {

@@ -168,10 +168,14 @@ impl Restored {
     #[cfg(test)]
     fn write_to(&self, out: &mut Snapshot) {
         let nodes: Vec<&NodeRecord> = self.nodes.values().collect();
-        out.nodes(&nodes, |node| {
-            let named = self.names.get(&(node.parent, node.name.clone())).copied();
-            ((*node).clone(), named)
-        });
+        out.nodes(
+            &nodes,
+            |node| (*node).clone(),
+            |node| {
+                let held = self.names.get(&(node.parent, node.name.clone()));
+                NameHeld::of(node.ino, held.copied())
+            },
+        );
         for file in self.files.values() {
             out.record(&Record::File(file.clone()));
         }
@@ -196,42 +200,75 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn record(&mut self, record: &Record) {
-        let start = self.body.len();
-        if let Err(e) = serde_json::to_writer(&mut self.body, record) {
-            self.body.truncate(start);
-            tracing::error!(error = %e, "cannot encode a kernel-state record");
-            return;
+        if encode_line(record, &mut self.body) {
+            self.records += 1;
         }
-        self.body.push(b'\n');
-        self.records += 1;
     }
 
-    /// Writes a table's nodes, each described by `describe` as its record and the inode its
-    /// (parent, name) resolves to now, if any. A node's own name may have gone (unlinked) or been
-    /// taken by another (renamed over, replaced): such nodes come first, each followed by what
-    /// unnames its name if nothing holds it, then the nodes that hold their names, whose records
-    /// map the names again.
-    pub fn nodes<N>(&mut self, nodes: &[N], describe: impl Fn(&N) -> (NodeRecord, Option<u64>)) {
+    /// Writes a table's nodes: `record` makes a node's record, `name` says who holds the node's
+    /// (parent, name) now. A node's own name may have gone (unlinked) or been taken by another
+    /// (renamed over, replaced): such nodes come first, each followed by what unnames its name if
+    /// nothing holds it, then the nodes that hold their names, whose records map the names again.
+    /// Each record is made once, when it is written.
+    pub fn nodes<N>(
+        &mut self,
+        nodes: &[N],
+        record: impl Fn(&N) -> NodeRecord,
+        name: impl Fn(&N) -> NameHeld,
+    ) {
         let mut holders = Vec::new();
         for (at, node) in nodes.iter().enumerate() {
-            let (record, named) = describe(node);
-            if named == Some(record.ino) {
+            let held = name(node);
+            if held == NameHeld::Itself {
                 holders.push(at);
                 continue;
             }
-            let unnamed = named.is_none().then(|| Record::Unnamed {
-                parent: record.parent,
-                name: record.name.clone(),
+            let node_record = record(node);
+            let unnamed = (held == NameHeld::Nobody).then(|| Record::Unnamed {
+                parent: node_record.parent,
+                name: node_record.name.clone(),
             });
-            self.record(&Record::Node(record));
+            self.record(&Record::Node(node_record));
             if let Some(unnamed) = unnamed {
                 self.record(&unnamed);
             }
         }
         for at in holders {
-            self.record(&Record::Node(describe(&nodes[at]).0));
+            self.record(&Record::Node(record(&nodes[at])));
         }
     }
+}
+
+/// Who holds a node's (parent, name) now: the node itself, another node, or nobody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameHeld {
+    Itself,
+    Another,
+    Nobody,
+}
+
+impl NameHeld {
+    /// `ino`'s name, resolving to `held` (if anything).
+    pub fn of(ino: u64, held: Option<u64>) -> NameHeld {
+        match held {
+            Some(holder) if holder == ino => NameHeld::Itself,
+            Some(_) => NameHeld::Another,
+            None => NameHeld::Nobody,
+        }
+    }
+}
+
+/// Appends `record` to `out` as one JSON line; false (logged, `out` unchanged) if it cannot be
+/// encoded.
+fn encode_line(record: &Record, out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    if let Err(e) = serde_json::to_writer(&mut *out, record) {
+        out.truncate(start);
+        tracing::error!(error = %e, "cannot encode a kernel-state record");
+        return false;
+    }
+    out.push(b'\n');
+    true
 }
 
 /// The journal of one mount's kernel state, in a directory of its own.
@@ -315,11 +352,9 @@ impl KernelState {
         let mut log = self.lock_log();
         let Log { file, line, .. } = &mut *log;
         line.clear();
-        if let Err(e) = serde_json::to_writer(&mut *line, record) {
-            tracing::error!(error = %e, "cannot encode a kernel-state record");
+        if !encode_line(record, line) {
             return;
         }
-        line.push(b'\n');
         self.appended.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = file.append(line) {
             tracing::warn!(dir = %self.dir.display(), error = %e,

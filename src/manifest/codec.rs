@@ -15,8 +15,14 @@ const OWNER_LEN: usize = 10;
 /// `[tag]` for a directory; `[tag, size u64, secs i64, nanos u32, etag…]` (little-endian) for a
 /// file; an entry with an owner has the `OWNED_*` tag and its owner right after it.
 pub fn encode(kind: &EntryKind) -> Vec<u8> {
-    let owner = kind.owner();
     let mut out = Vec::new();
+    encode_into(kind, &mut out);
+    out
+}
+
+/// [`encode`], appended to `out` (the index packs many entries into one buffer).
+pub fn encode_into(kind: &EntryKind, out: &mut Vec<u8>) {
+    let owner = kind.owner();
     match (kind, owner) {
         (EntryKind::Dir { .. }, None) => out.push(DIR_TAG),
         (EntryKind::Dir { .. }, Some(_)) => out.push(OWNED_DIR_TAG),
@@ -39,7 +45,11 @@ pub fn encode(kind: &EntryKind) -> Vec<u8> {
         out.extend_from_slice(&nanos.to_le_bytes());
         out.extend_from_slice(etag.as_bytes());
     }
-    out
+}
+
+/// Whether `bytes` (an [`encode`]d entry) are a directory's, without decoding them.
+pub fn is_dir(bytes: &[u8]) -> bool {
+    matches!(bytes.first(), Some(&DIR_TAG | &OWNED_DIR_TAG))
 }
 
 pub fn decode(bytes: &[u8]) -> Option<EntryKind> {

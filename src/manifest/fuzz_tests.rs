@@ -587,3 +587,100 @@ fn a_log_torn_inside_its_magic_starts_again() {
     let (_, opened) = open_log(b"MSX");
     assert!(matches!(opened, Err(DeltaError::BadHeader { .. })));
 }
+
+/// A directory's rows for the index property: names from a few characters, so that names
+/// repeat, prefix each other and sort around `/` (`a.b` before the directory `a` in listing
+/// order, after it by name); files told apart by their sizes.
+fn index_rows() -> impl Strategy<Value = Vec<Entry>> {
+    let row = (
+        "[ab.-]{1,3}",
+        0u8..4,
+        any::<u16>(),
+        proptest::option::weighted(0.2, any::<u32>()),
+    )
+        .prop_map(|(name, kind, size, uid)| {
+            let owner = uid.map(|uid| Ownership {
+                perm: 0o755,
+                uid,
+                gid: 0,
+            });
+            if kind == 0 {
+                Entry::dir(name).owned(owner)
+            } else {
+                Entry::file(name, u64::from(size), "etag", UNIX_EPOCH).owned(owner)
+            }
+        });
+    proptest::collection::vec(row, 0..120)
+}
+
+/// What reading a directory's TSV gives (`Manifest::parsed_dir`): the first directory row of a
+/// name stays; any later row replaces a file.
+fn as_read(rows: &[Entry]) -> std::collections::BTreeMap<String, EntryKind> {
+    let mut children = std::collections::BTreeMap::new();
+    for entry in rows {
+        if !matches!(children.get(&entry.name), Some(EntryKind::Dir { .. })) {
+            children.insert(entry.name.clone(), entry.kind.clone());
+        }
+    }
+    children
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The index answers every lookup and every page as the TSV files read whole do, whatever
+    /// the rows' order (listing order, or any): runs filled in order, rows put into the run
+    /// that covers them, runs split (the tests' runs are a hundred bytes).
+    #[test]
+    fn the_index_answers_as_the_tsv_files_do(
+        mut root in index_rows(),
+        below in index_rows(),
+        in_listing_order in any::<bool>(),
+        page in 1usize..9,
+    ) {
+        use super::format::{ManifestInfo, sort_key, write_dir_file};
+        use super::index::Index;
+
+        root.push(Entry::dir("dd"));
+        let mut dirs = vec![("", root), ("dd", below)];
+        if in_listing_order {
+            for (_, rows) in &mut dirs {
+                rows.sort_by_cached_key(|entry| {
+                    let mut key = Vec::new();
+                    sort_key(entry, &mut key);
+                    key
+                });
+            }
+        }
+        let scratch = scratch_dir();
+        for (dir, rows) in &dirs {
+            write_dir_file(scratch.path(), dir, rows).expect("write");
+        }
+        let db = scratch.path().join(INDEX_DB);
+        let (index, stats) =
+            Index::build(&db, scratch.path(), &ManifestInfo::for_test(), |_| {}).expect("build");
+        let mut expected_entries = 0;
+        for (dir, rows) in &dirs {
+            let expected = as_read(rows);
+            expected_entries += expected.len() as u64;
+            for name in expected.keys().map(String::as_str).chain(["", "a", "aa", "b-", "zz"]) {
+                prop_assert_eq!(
+                    index.lookup(dir, name).expect("lookup"),
+                    expected.get(name).cloned(),
+                    "{:?} in {:?}", name, dir
+                );
+            }
+            let mut listed = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let got = index.list(dir, after.as_deref(), page).expect("list").expect("dir");
+                prop_assert!(got.len() <= page);
+                let Some(last) = got.last() else { break };
+                after = Some(last.name.clone());
+                listed.extend(got.into_iter().map(|e| (e.name, e.kind)));
+            }
+            prop_assert_eq!(listed, expected.into_iter().collect::<Vec<_>>(), "{:?}", dir);
+        }
+        prop_assert_eq!(stats.entries, expected_entries);
+    }
+}

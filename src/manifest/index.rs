@@ -8,8 +8,11 @@
 //! nearly sorted (directory by directory), which is redb's fast path.
 //!
 //! Layout: every directory gets a numeric id (`dir_ids`: path → id, `dir_paths`: id → path), and
-//! every entry is keyed by `(parent id, basename)`, so one directory's entries are one contiguous
-//! key range in name order. Ids are handed out breadth-first as `d` rows are met, which makes
+//! a directory's entries are stored in runs (`block`): `blocks` maps `(parent id, first name)`
+//! to a run of entries in name order, so one directory is one contiguous key range and a lookup
+//! is one B-tree read and a scan of a few kilobytes. An ingest of rows in name order (a sorted
+//! manifest's) fills a run and inserts it whole; rows out of order are held and merged into the
+//! runs in bulk (`Packer`). Ids are handed out breadth-first as `d` rows are met, which makes
 //! `dir_paths` the ingest's work queue: memory stays bounded whatever the namespace's size.
 //! `meta` records which manifest (by `created_at`) the index was built from and whether the
 //! build finished; anything else is rebuilt.
@@ -18,7 +21,7 @@
 //! share it so, which an upgrade's two processes (the one handing over has it open until it
 //! exits) and two mounts of one manifest need.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
@@ -27,19 +30,22 @@ use redb::{
     TableDefinition,
 };
 
-use super::codec::{DIR_TAG, decode, encode};
+use super::block::{self, Corrupt};
+use super::codec::{self, decode, encode_into};
 use super::format::{Entry, EntryKind, FormatError, ManifestInfo};
 use super::rows_ahead::RowsAhead;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const DIR_IDS: TableDefinition<&str, u64> = TableDefinition::new("dir_ids");
 const DIR_PATHS: TableDefinition<u64, &str> = TableDefinition::new("dir_paths");
-const ENTRIES: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("entries");
+/// `(directory id, first name)` → a run of that directory's entries (`block`).
+const BLOCKS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("blocks");
 
 const META_BUILT_FROM: &str = "built_from";
 const META_COMPLETE: &str = "complete";
 /// Bumped whenever the tables' layout or value encoding changes: older indexes are rebuilt.
-const LAYOUT: &str = "1";
+/// 2: entries in runs (`blocks`) instead of a key per entry (`entries`, layout 1).
+const LAYOUT: &str = "2";
 const META_LAYOUT: &str = "layout";
 
 /// Rows inserted between two commits during ingest: bounds the transaction's dirty pages.
@@ -166,6 +172,7 @@ impl Index {
                         progress(ingest.stats);
                     }
                 }
+                ingest.end_dir()?;
                 ingest.stats.directories += 1;
                 next += 1;
             }
@@ -185,11 +192,23 @@ impl Index {
         let Some(id) = self.dir_id(&txn, dir)? else {
             return Ok(None);
         };
-        let entries = txn.open_table(ENTRIES).map_err(|e| self.error(e))?;
-        let value = entries.get((id, name)).map_err(|e| self.error(e))?;
-        value
-            .map(|v| decode(v.value()).ok_or_else(|| self.corrupt(dir, name)))
-            .transpose()
+        let blocks = txn.open_table(BLOCKS).map_err(|e| self.error(e))?;
+        let Some((_, run)) = covering(&blocks, id, name).map_err(|e| self.error(e))? else {
+            return Ok(None);
+        };
+        for entry in block::entries(run.value()) {
+            let (listed, attributes) = entry.map_err(|Corrupt| self.corrupt(dir, name))?;
+            match listed.cmp(name) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => {
+                    return decode(attributes)
+                        .map(Some)
+                        .ok_or_else(|| self.corrupt(dir, name));
+                }
+                std::cmp::Ordering::Greater => break,
+            }
+        }
+        Ok(None)
     }
 
     /// Up to `limit` entries of directory `dir` in name order, starting after `after`.
@@ -204,23 +223,36 @@ impl Index {
         let Some(id) = self.dir_id(&txn, dir)? else {
             return Ok(None);
         };
-        let entries = txn.open_table(ENTRIES).map_err(|e| self.error(e))?;
-        let start = match after {
-            Some(name) => Bound::Excluded((id, name)),
-            None => Bound::Included((id, "")),
+        let blocks = txn.open_table(BLOCKS).map_err(|e| self.error(e))?;
+        // The run holding `after`'s place, then the ones after it.
+        let first_run = match after {
+            Some(name) => covering(&blocks, id, name).map_err(|e| self.error(e))?,
+            None => None,
         };
-        let range = entries
-            .range::<(u64, &str)>((start, Bound::Excluded((id + 1, ""))))
+        let start = match &first_run {
+            Some((first, _)) => (id, first.as_str()),
+            None => (id, ""),
+        };
+        let runs = blocks
+            .range::<(u64, &str)>((Bound::Included(start), Bound::Excluded((id + 1, ""))))
             .map_err(|e| self.error(e))?;
         let mut page = Vec::new();
-        for item in range.take(limit) {
-            let (key, value) = item.map_err(|e| self.error(e))?;
-            let (_, name) = key.value();
-            let kind = decode(value.value()).ok_or_else(|| self.corrupt(dir, name))?;
-            page.push(Entry {
-                name: name.to_string(),
-                kind,
-            });
+        for run in runs {
+            let (_, run) = run.map_err(|e| self.error(e))?;
+            for entry in block::entries(run.value()) {
+                let (name, attributes) = entry.map_err(|Corrupt| self.corrupt(dir, "(a run)"))?;
+                if after.is_some_and(|after| name <= after) {
+                    continue;
+                }
+                let kind = decode(attributes).ok_or_else(|| self.corrupt(dir, name))?;
+                page.push(Entry {
+                    name: name.to_string(),
+                    kind,
+                });
+                if page.len() >= limit {
+                    return Ok(Some(page));
+                }
+            }
         }
         Ok(Some(page))
     }
@@ -254,6 +286,23 @@ impl Index {
     }
 }
 
+/// A stored run's bytes, as read from the table.
+type Run<'t> = redb::AccessGuard<'t, &'static [u8]>;
+
+/// The run of directory `id` whose range holds `name` (the last one whose first name is at or
+/// before it), with its first name; `None` when `name` comes before every run of the directory.
+fn covering<'t, T: ReadableTable<(u64, &'static str), &'static [u8]>>(
+    blocks: &'t T,
+    id: u64,
+    name: &str,
+) -> Result<Option<(String, Run<'t>)>, redb::StorageError> {
+    let last = blocks
+        .range::<(u64, &str)>((id, "")..=(id, name))?
+        .next_back()
+        .transpose()?;
+    Ok(last.map(|(first, run)| (first.value().1.to_string(), run)))
+}
+
 /// A failure of the redb store at `path`.
 fn store_error(path: &Path, e: impl Into<redb::Error>) -> IndexError {
     IndexError::Store {
@@ -270,6 +319,7 @@ struct Ingest<'a> {
     next_dir_id: u64,
     rows_since_commit: usize,
     stats: IngestStats,
+    packer: Packer<'a>,
 }
 
 impl<'a> Ingest<'a> {
@@ -281,6 +331,7 @@ impl<'a> Ingest<'a> {
             next_dir_id: ROOT_ID,
             rows_since_commit: 0,
             stats: IngestStats::default(),
+            packer: Packer::new(path),
         };
         ingest.begin()?;
         Ok(ingest)
@@ -343,32 +394,21 @@ impl<'a> Ingest<'a> {
     /// both as a directory and as a file is a directory, as in a live listing.
     fn insert(&mut self, id: u64, dir: &str, batch: &mut Vec<Entry>) -> Result<(), IndexError> {
         let mut new_dirs = Vec::new();
-        let mut inserted = 0;
         {
-            let mut entries = self.txn().open_table(ENTRIES).map_err(|e| self.error(e))?;
+            let txn = self
+                .txn
+                .as_ref()
+                .expect("an ingest always holds a transaction until it finishes");
+            let mut blocks = txn.open_table(BLOCKS).map_err(|e| self.error(e))?;
             for entry in batch.iter() {
-                let key = (id, entry.name.as_str());
                 if entry.is_dir() {
                     new_dirs.push(entry.name.clone());
                 }
-                // One descent per row: what a file row replaced is looked at afterwards (a
-                // directory of the same name wins, and is put back: rare, unlike a row).
-                let replaced = entries
-                    .insert(key, encode(&entry.kind).as_slice())
-                    .map_err(|e| self.error(e))?
-                    .filter(|old| !entry.is_dir() && old.value().first() == Some(&DIR_TAG))
-                    .map(|old| old.value().to_vec());
-                match replaced {
-                    Some(dir) => {
-                        entries
-                            .insert(key, dir.as_slice())
-                            .map_err(|e| self.error(e))?;
-                    }
-                    None => inserted += 1,
-                }
+                self.packer.add(&mut blocks, id, entry)?;
             }
         }
-        self.stats.entries += inserted;
+        // Held rows are counted when merged: the count may trail the rows read.
+        self.stats.entries = self.packer.entries;
         self.rows_since_commit += batch.len();
         batch.clear();
         for name in new_dirs {
@@ -379,6 +419,18 @@ impl<'a> Ingest<'a> {
             };
             self.add_dir(&path)?;
         }
+        Ok(())
+    }
+
+    /// Stores what is left of the directory being ingested: call at the end of each.
+    fn end_dir(&mut self) -> Result<(), IndexError> {
+        let txn = self
+            .txn
+            .as_ref()
+            .expect("an ingest always holds a transaction until it finishes");
+        let mut blocks = txn.open_table(BLOCKS).map_err(|e| self.error(e))?;
+        self.packer.end_dir(&mut blocks)?;
+        self.stats.entries = self.packer.entries;
         Ok(())
     }
 
@@ -399,6 +451,255 @@ impl<'a> Ingest<'a> {
             }
         }
         txn.commit().map_err(|e| self.error(e))
+    }
+}
+
+type Blocks<'txn> = redb::Table<'txn, (u64, &'static str), &'static [u8]>;
+
+/// Packs one directory's rows into runs (`block`) as the ingest meets them.
+///
+/// A row whose name comes after every name of its directory so far goes into the open run,
+/// which is stored when full: every row of a sorted manifest but the few a `/` reorders
+/// (`a.txt` is listed before the directory `a`). A row that comes earlier is held in memory
+/// (`pending`, bounded by [`PENDING_BYTES`]) and merged into the stored runs in name order when
+/// the directory ends or the bound is reached: one rewrite per run touched, not per row, so
+/// a directory in any order costs at most about what an insert per row did.
+struct Packer<'a> {
+    path: &'a Path,
+    /// The directory whose rows are being packed.
+    dir: Option<u64>,
+    open: Option<OpenRun>,
+    /// The greatest name packed in `dir` ("" before its first).
+    dir_max: String,
+    /// Rows of `dir` that came after a greater name, merged in by [`Packer::merge`].
+    pending: BTreeMap<String, Vec<u8>>,
+    pending_bytes: usize,
+    /// Distinct names packed (a name listed twice in a directory counts once).
+    entries: u64,
+    attributes: Vec<u8>,
+}
+
+/// Out-of-order rows held before a merge: with a row's overhead, some 300,000 short names.
+const PENDING_BYTES: usize = if cfg!(test) { 300 } else { 32 << 20 };
+/// What a held row costs beyond its name and attributes (the map's node, two allocations).
+const PENDING_ROW_OVERHEAD: usize = 64;
+
+/// The run being filled: not yet in the table.
+struct OpenRun {
+    dir: u64,
+    first: String,
+    bytes: Vec<u8>,
+}
+
+/// As a TSV is read: the first directory of a name stays, a later row replaces a file.
+fn later_row_wins(earlier: &[u8]) -> bool {
+    !codec::is_dir(earlier)
+}
+
+impl<'a> Packer<'a> {
+    fn new(path: &'a Path) -> Packer<'a> {
+        Packer {
+            path,
+            dir: None,
+            open: None,
+            dir_max: String::new(),
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
+            entries: 0,
+            attributes: Vec::new(),
+        }
+    }
+
+    fn error(&self, e: redb::StorageError) -> IndexError {
+        store_error(self.path, e)
+    }
+
+    /// Packs `entry`, the next row of directory `dir`.
+    fn add(&mut self, blocks: &mut Blocks, dir: u64, entry: &Entry) -> Result<(), IndexError> {
+        if self.dir != Some(dir) {
+            self.end_dir(blocks)?;
+            self.dir = Some(dir);
+            self.dir_max.clear();
+        }
+        self.attributes.clear();
+        encode_into(&entry.kind, &mut self.attributes);
+        if entry.name <= self.dir_max {
+            return self.hold(blocks, &entry.name);
+        }
+        self.dir_max.clear();
+        self.dir_max.push_str(&entry.name);
+        let open = self.open.get_or_insert_with(|| OpenRun {
+            dir,
+            first: entry.name.clone(),
+            bytes: Vec::with_capacity(block::FULL_BYTES + 256),
+        });
+        block::push(&mut open.bytes, &entry.name, &self.attributes);
+        self.entries += 1;
+        if open.bytes.len() >= block::FULL_BYTES {
+            self.close(blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Stores what is left of the directory being packed: call at the end of each.
+    fn end_dir(&mut self, blocks: &mut Blocks) -> Result<(), IndexError> {
+        self.close(blocks)?;
+        self.merge(blocks)
+    }
+
+    /// Stores the open run, if any.
+    fn close(&mut self, blocks: &mut Blocks) -> Result<(), IndexError> {
+        if let Some(run) = self.open.take() {
+            blocks
+                .insert((run.dir, run.first.as_str()), run.bytes.as_slice())
+                .map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+
+    /// Holds `name` (with `self.attributes`) for the next merge.
+    fn hold(&mut self, blocks: &mut Blocks, name: &str) -> Result<(), IndexError> {
+        match self.pending.get_mut(name) {
+            Some(held) => {
+                if later_row_wins(held) {
+                    held.clone_from(&self.attributes);
+                }
+            }
+            None => {
+                self.pending_bytes += name.len() + self.attributes.len() + PENDING_ROW_OVERHEAD;
+                self.pending
+                    .insert(name.to_string(), self.attributes.clone());
+            }
+        }
+        if self.pending_bytes >= PENDING_BYTES {
+            self.close(blocks)?;
+            self.merge(blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Merges the held rows into the stored runs of the directory: each run whose span holds
+    /// some is rewritten once with them (and cut into runs of [`block::FULL_BYTES`]); those
+    /// before the directory's first run make runs of their own. The open run must be closed.
+    fn merge(&mut self, blocks: &mut Blocks) -> Result<(), IndexError> {
+        let Some(dir) = self.dir else {
+            return Ok(());
+        };
+        let mut held = std::mem::take(&mut self.pending).into_iter().peekable();
+        self.pending_bytes = 0;
+        while let Some((name, attributes)) = held.next() {
+            let spanning = covering(blocks, dir, &name)
+                .map_err(|e| self.error(e))?
+                .map(|(first, run)| (first, run.value().to_vec()));
+            let (first, run) = spanning.unwrap_or_else(|| (name.clone(), Vec::new()));
+            let next_run = blocks
+                .range::<(u64, &str)>((
+                    Bound::Excluded((dir, first.as_str())),
+                    Bound::Excluded((dir + 1, "")),
+                ))
+                .map_err(|e| self.error(e))?
+                .next()
+                .transpose()
+                .map_err(|e| self.error(e))?
+                .map(|(next, _)| next.value().1.to_string());
+            let mut group = vec![(name, attributes)];
+            while let Some((name, _)) = held.peek()
+                && next_run.as_deref().is_none_or(|next| name.as_str() < next)
+            {
+                group.extend(held.next());
+            }
+            self.rewrite(blocks, dir, &first, &run, group)?;
+        }
+        Ok(())
+    }
+
+    /// Stores run `run` (first name `first`) of `dir` with the rows of `group` merged in, cut
+    /// into runs of about [`block::FULL_BYTES`], the first still under `first`.
+    fn rewrite(
+        &mut self,
+        blocks: &mut Blocks,
+        dir: u64,
+        first: &str,
+        run: &[u8],
+        group: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), IndexError> {
+        let corrupt = |Corrupt| IndexError::Corrupt {
+            path: self.path.to_path_buf(),
+            key: format!("directory #{dir}, run {first}"),
+        };
+        let mut stored = block::entries(run).peekable();
+        let mut group = group.into_iter().peekable();
+        let mut out = RunWriter {
+            dir,
+            first: first.to_string(),
+            bytes: Vec::with_capacity(block::FULL_BYTES + 256),
+        };
+        loop {
+            let next_stored = match stored.peek() {
+                Some(Err(Corrupt)) => return Err(corrupt(Corrupt)),
+                Some(Ok((name, _))) => Some(*name),
+                None => None,
+            };
+            let next_held = group.peek().map(|(name, _)| name.as_str());
+            match (next_stored, next_held) {
+                (None, None) => break,
+                (Some(s), Some(h)) if s == h => {
+                    let (name, earlier) = stored.next().expect("peeked").map_err(corrupt)?;
+                    let (_, later) = group.next().expect("peeked");
+                    let kept = if later_row_wins(earlier) {
+                        &later[..]
+                    } else {
+                        earlier
+                    };
+                    out.push(blocks, name, kept).map_err(|e| self.error(e))?;
+                }
+                (Some(s), h) if h.is_none_or(|h| s < h) => {
+                    let (name, attributes) = stored.next().expect("peeked").map_err(corrupt)?;
+                    out.push(blocks, name, attributes)
+                        .map_err(|e| self.error(e))?;
+                }
+                _ => {
+                    let (name, attributes) = group.next().expect("peeked");
+                    out.push(blocks, &name, &attributes)
+                        .map_err(|e| self.error(e))?;
+                    self.entries += 1;
+                }
+            }
+        }
+        out.finish(blocks).map_err(|e| self.error(e))
+    }
+}
+
+/// Writes a sorted stream of entries as runs of about [`block::FULL_BYTES`].
+struct RunWriter {
+    dir: u64,
+    /// The first name of the run being written: the next entry's once a run is stored.
+    first: String,
+    bytes: Vec<u8>,
+}
+
+impl RunWriter {
+    fn push(
+        &mut self,
+        blocks: &mut Blocks,
+        name: &str,
+        attributes: &[u8],
+    ) -> Result<(), redb::StorageError> {
+        if self.bytes.len() >= block::FULL_BYTES {
+            self.finish(blocks)?;
+            self.bytes.clear();
+            self.first.clear();
+            self.first.push_str(name);
+        }
+        block::push(&mut self.bytes, name, attributes);
+        Ok(())
+    }
+
+    fn finish(&mut self, blocks: &mut Blocks) -> Result<(), redb::StorageError> {
+        if !self.bytes.is_empty() {
+            blocks.insert((self.dir, self.first.as_str()), self.bytes.as_slice())?;
+        }
+        Ok(())
     }
 }
 
@@ -530,6 +831,52 @@ mod tests {
                 .is_none(),
             "unreadable file"
         );
+    }
+
+    /// An index of the previous layout (a key per entry, table `entries`), complete and built
+    /// from the same manifest, is not read as runs: it is rebuilt.
+    #[test]
+    fn an_index_of_the_previous_layout_is_rebuilt_not_misread() {
+        const ENTRIES_V1: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("entries");
+        let dir = tempfile::tempdir().expect("tempdir");
+        sample(dir.path(), 3);
+        let db = dir.path().join("index.redb");
+        {
+            let old = Database::create(&db).expect("create");
+            let txn = old.begin_write().expect("txn");
+            {
+                let mut entries = txn.open_table(ENTRIES_V1).expect("entries");
+                let file = crate::manifest::codec::encode(&EntryKind::File {
+                    size: 1,
+                    etag: "old".into(),
+                    mtime: at(1),
+                    owner: None,
+                });
+                entries.insert((ROOT_ID, "f00002"), file.as_slice()).expect("row");
+                let mut ids = txn.open_table(DIR_IDS).expect("ids");
+                ids.insert("", ROOT_ID).expect("root");
+                let mut meta = txn.open_table(META).expect("meta");
+                for (key, value) in [
+                    (META_BUILT_FROM, "t1"),
+                    (META_LAYOUT, "1"),
+                    (META_COMPLETE, "1"),
+                ] {
+                    meta.insert(key, value).expect("meta");
+                }
+            }
+            txn.commit().expect("commit");
+        }
+        assert!(
+            Index::open_complete(&db, &info("t1"))
+                .expect("open")
+                .is_none(),
+            "layout 1 is not served"
+        );
+        let (index, _) = Index::build(&db, dir.path(), &info("t1"), |_| {}).expect("rebuild");
+        assert!(matches!(
+            index.lookup("", "f00002").expect("lookup"),
+            Some(EntryKind::File { size: 2, .. })
+        ));
     }
 
     /// An upgrade's two processes have the index open at once: the one handing over until it

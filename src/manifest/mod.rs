@@ -8,12 +8,14 @@
 //! - [`index`]: the redb index the TSV files are ingested into, so that a lookup or a page of a
 //!   listing is a few B-tree reads; [`namespace`]: a manifest being served (the base snapshot,
 //!   from the index or the TSV files, with the [`delta`] log's overlay of committed changes);
-//!   `bisect`: one name found in a sorted TSV before the index is built;
+//!   `block`: the runs of entries the index stores; `bisect`: one name found in a sorted TSV
+//!   before the index is built;
 //!   [`registry`]: one open manifest per directory per process; `codec`: the binary form of an
 //!   entry's attributes; [`progress`]: a generation's counters and status line; [`owners`]:
 //!   rows' owners and modes read from object metadata (`--posix-metadata`).
 
 mod bisect;
+mod block;
 mod codec;
 pub mod delta;
 pub mod format;

@@ -389,6 +389,51 @@ async fn a_listing_bigger_than_the_inode_limit_leaves_at_most_the_limit_held() {
     );
 }
 
+/// A listing that outruns the evictor (here it never runs: checks an hour apart) stops taking
+/// inodes at twice `evictable_inode_limit`: the names past it are listed without inodes (node
+/// ID 0, which the kernel shows without keeping), and are looked up when used. Before, every
+/// name `readdirplus` returned was an inode until the next eviction round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_past_twice_the_inode_limit_lists_the_rest_without_inodes() {
+    const FILES: usize = 20_000;
+    const LIMIT: u64 = 4096;
+    let port = common::free_port();
+    let config = config_yaml_with(
+        &format!(
+            "endpoint: http://127.0.0.1:{port}\nevictable_inode_limit: {LIMIT}\n\
+             ttl_check_interval: 3600000\n"
+        ),
+        &[backend(
+            "flat",
+            "PSEUDO",
+            "",
+            &[&format!("files_at_depth_0: {FILES}"), "file_size: 100"],
+        )],
+    );
+    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let root = m.path().join("flat");
+    // Names only (`-f`: unsorted, no stat): every page is a readdirplus.
+    let names: BTreeSet<String> = run("ls", &["-f", root.to_str().expect("utf-8 path")])
+        .lines()
+        .filter(|name| *name != "." && *name != "..")
+        .map(str::to_string)
+        .collect();
+    assert_eq!(names.len(), FILES, "every name listed once");
+    let held = sample(port, "msfs_fuse_inodes");
+    assert!(
+        (2 * LIMIT - 2..=2 * LIMIT).contains(&held),
+        "inodes held after the listing: {held} (the cap is {})",
+        2 * LIMIT
+    );
+    assert_eq!(sample(port, "msfs_fuse_inodes_evicted_total"), 0);
+    // A name listed without an inode is looked up when used: the last ones were.
+    let last = names.last().expect("names");
+    let path = root.join(last);
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), 100);
+    assert!(std::fs::read(&path).expect("read") == expected(last, 100));
+    assert_eq!(sample(port, "msfs_fuse_inodes"), held + 1);
+}
+
 /// Top-level keys: metrics on `port`, and files' entries dropped after 0.4 s idle.
 fn short_inode_ttl(port: u16) -> String {
     format!(

@@ -378,6 +378,7 @@ impl Volumes {
             gid: configs.first().map_or(0, |c| c.gid),
             dir_perm: 0o555,
             ttl: ENTRY_TTL,
+            inode_limit: self.settings.inode_eviction.limit,
         };
         let mut fs = Fs::new(options, self.engines.clone(), backends);
         let journal = self.kernel_state(&args.volume_id, &target, resume.is_some())?;

@@ -101,6 +101,7 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
         gid: config.gid,
         dir_perm: config.dir_perm,
         ttl: config.entry_attr_ttl,
+        inode_limit: config.evictable_inode_limit,
     };
     let backend_count = backends.len();
     let resumed = held.is_some();

@@ -20,6 +20,18 @@ use crate::fs::backend::Backend;
 use crate::manifest::namespace::Manifest;
 use crate::write::DirtyMeta;
 
+/// How [`Fs::readdir`] hands an entry to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// With its inode, on which the kernel holds a reference (readdirplus). `cache`: whether
+    /// the kernel may keep the entry and its attributes for the TTL (not when they may predate
+    /// this mount's own write).
+    Inode { cache: bool },
+    /// A name and a number, no reference (readdir; readdirplus past the inode cap): the kernel
+    /// looks the name up when it is used.
+    Bare,
+}
+
 impl Fs {
     /// Whether `readdir(fh, offset)` can answer without asking the store (see
     /// `readdir_prepare`); true for every directory but a large live one.
@@ -236,14 +248,16 @@ impl Fs {
     /// Entries of an open directory from `offset` on, each handed to `sink` with its offset (the
     /// one the kernel passes back to continue after it) until `sink` returns false because the
     /// reply buffer is full. With `plus`, each accepted child entry takes a kernel reference, as
-    /// readdirplus requires. The last argument of `sink` says whether the kernel may cache the
-    /// entry and its attributes for the TTL (false: they may predate this mount's own write).
+    /// readdirplus requires ([`Listed::Inode`]) — until the mount holds twice
+    /// `evictable_inode_limit` inodes: past that, a name without an inode is listed bare
+    /// ([`Listed::Bare`]), so that a listing longer than the evictor keeps up with (`find` reads
+    /// 100,000 names before it stats one) cannot grow the table without bound.
     pub fn readdir(
         &self,
         fh: u64,
         offset: u64,
         plus: bool,
-        mut sink: impl FnMut(u64, &str, Attr, bool) -> bool,
+        mut sink: impl FnMut(u64, &str, Attr, Listed) -> bool,
     ) -> Result<()> {
         let handle = lock(&self.dirs)
             .get(&fh)
@@ -256,9 +270,14 @@ impl Fs {
             .unwrap_or_else(|_| self.attr_of(&dir));
         let dot_entries = [(".", self.attr_of(&dir)), ("..", parent_attr)];
         let mut index = offset;
+        let dot = if plus {
+            Listed::Inode { cache: true }
+        } else {
+            Listed::Bare
+        };
         while let Some((name, attr)) = dot_entries.get(index as usize) {
             index += 1;
-            if !sink(index, name, attr.clone(), true) {
+            if !sink(index, name, attr.clone(), dot) {
                 return Ok(());
             }
         }
@@ -278,12 +297,12 @@ impl Fs {
                 index += 1;
                 // None: the backend was removed from under the root, or this mount removed the
                 // name after the listing was taken; skip it.
-                let Some((attr, trusted)) = self.entry_attr(&dir, entry, plus, handle.listed_at)
+                let Some((attr, listed)) = self.entry_attr(&dir, entry, plus, handle.listed_at)
                 else {
                     continue;
                 };
-                if !sink(index, &entry.name, attr.clone(), trusted) {
-                    if plus {
+                if !sink(index, &entry.name, attr.clone(), listed) {
+                    if let Listed::Inode { .. } = listed {
                         self.forget(attr.ino, 1);
                     }
                     return Ok(());
@@ -298,7 +317,7 @@ impl Fs {
         entry: &DirEntry,
         plus: bool,
         listed_at: Option<Instant>,
-    ) -> Option<(Attr, bool)> {
+    ) -> Option<(Attr, Listed)> {
         let backend = match &dir.backend {
             Some(b) => b.clone(),
             None => self
@@ -309,7 +328,7 @@ impl Fs {
         if listed_at.is_some_and(|at| self.removed_since(dir.ino, &entry.name, at)) {
             return None;
         }
-        if plus {
+        if plus && self.hands_out_inode(dir.ino, &entry.name) {
             let path = match &dir.backend {
                 Some(_) => listing::child_path(&dir.path, &entry.name),
                 None => String::new(),
@@ -363,14 +382,23 @@ impl Fs {
                     }
                 }
             };
-            return Some((self.attr_of(&node), trusted && posix_known));
+            let cache = trusted && posix_known;
+            return Some((self.attr_of(&node), Listed::Inode { cache }));
         }
         let mut inodes = lock(&self.inodes);
         let ino = inodes.peek_or_reserve(dir.ino, &entry.name);
         drop(inodes);
         let attr =
             super::lookup::listed_attr(ino, &entry.kind, &backend.settings(), self.mounted_at);
-        Some((attr, true))
+        Some((attr, Listed::Bare))
+    }
+
+    /// Whether readdirplus gives `name` in `dir` an inode: below the cap (twice
+    /// `evictable_inode_limit`), or when it has one already (which costs nothing more).
+    fn hands_out_inode(&self, dir: u64, name: &str) -> bool {
+        let inodes = lock(&self.inodes);
+        inodes.len() < self.options.inode_limit.saturating_mul(2)
+            || inodes.child(dir, name).is_some()
     }
 
     pub fn releasedir(&self, fh: u64) {

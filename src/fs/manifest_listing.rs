@@ -14,6 +14,12 @@ pub async fn lookup(
     dir: &str,
     name: &str,
 ) -> Result<Option<ChildKind>, ManifestError> {
+    // With the index built, a lookup is a few reads of pages the kernel (or redb) caches: a
+    // hop to the blocking pool and back cost more than that (and `find` past the inode cap
+    // looks up every name). Until then it may parse a TSV: off the async threads.
+    if manifest.index_ready() {
+        return Ok(manifest.lookup(dir, name)?.map(child_kind));
+    }
     let (manifest, dir, name) = (manifest.clone(), dir.to_string(), name.to_string());
     let kind = blocking(move || manifest.lookup(&dir, &name)).await?;
     Ok(kind.map(child_kind))

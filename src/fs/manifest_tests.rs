@@ -107,6 +107,7 @@ impl Fixture {
             gid: 0,
             dir_perm: 0o755,
             ttl: Duration::ZERO,
+            inode_limit: usize::MAX,
         };
         Fs::new(
             options,

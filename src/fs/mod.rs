@@ -48,6 +48,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 pub use backend::{Backend, BackendSettings};
+pub use dir_ops::Listed;
 pub use error::{FsError, errno_name};
 pub use inode::ROOT_INO;
 pub use kernel_state::{KernelState, Restored};
@@ -83,6 +84,9 @@ pub struct FsOptions {
     pub dir_perm: u16,
     /// How long the kernel and `Fs` may trust an entry or attribute without asking the store.
     pub ttl: Duration,
+    /// `evictable_inode_limit`: readdirplus stops handing out new inodes at twice this
+    /// ([`Fs::readdir`]); the evictor keeps the table near it.
+    pub inode_limit: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -475,6 +479,11 @@ impl Fs {
     /// Inodes this mount holds for the kernel.
     pub fn inode_count(&self) -> usize {
         lock(&self.inodes).len()
+    }
+
+    #[cfg(test)]
+    pub(super) fn set_inode_limit(&mut self, limit: usize) {
+        self.options.inode_limit = limit;
     }
 
     fn store_error(backend: &Backend, source: crate::store::StoreError) -> FsError {

@@ -93,6 +93,7 @@ fn fixture_over(
         gid: 0,
         dir_perm: 0o555,
         ttl: Duration::from_secs(60),
+        inode_limit: usize::MAX,
     };
     let spill = tempfile::tempdir().expect("spill dir");
     let engines = test_engines(spill.path(), threshold);
@@ -243,6 +244,66 @@ async fn readdirplus_references_are_released_by_forget() {
         f.fs.getattr(ino).await,
         Err(FsError::UnknownInode(_))
     ));
+}
+
+/// The children of directory `ino` by readdirplus: name, number, and how each was listed.
+async fn list_plus(fs: &Fs, ino: u64) -> Vec<(String, u64, Listed)> {
+    let fh = fs.opendir(ino).await.expect("opendir");
+    let mut listed = Vec::new();
+    fs.readdir(fh, 2, true, |_, name, attr, how| {
+        listed.push((name.to_string(), attr.ino, how));
+        true
+    })
+    .expect("readdir");
+    fs.releasedir(fh);
+    listed
+}
+
+/// Past twice `evictable_inode_limit` inodes, readdirplus lists a name that has no inode yet
+/// without one: a listing longer than the evictor keeps up with cannot grow the table without
+/// bound. Every name is still listed, a bare one is looked up as any, and a name that has an
+/// inode keeps getting it.
+#[tokio::test]
+async fn readdirplus_past_the_inode_cap_lists_names_without_inodes() {
+    let files: Vec<(String, Vec<u8>)> = (0..40).map(|i| (format!("f{i:02}"), vec![b'x'])).collect();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    let mut f = fixture(&refs);
+    f.fs.set_inode_limit(8);
+    let root = resolve(&f.fs, "data").await.expect("data");
+    let held_before = f.fs.inode_count();
+    let listed = list_plus(&f.fs, root.ino).await;
+    assert_eq!(listed.len(), 40, "every name is listed");
+    let with_inode: Vec<_> = listed
+        .iter()
+        .filter(|(_, _, how)| matches!(how, Listed::Inode { .. }))
+        .collect();
+    assert_eq!(with_inode.len(), 16 - held_before, "inodes up to the cap");
+    assert_eq!(f.fs.inode_count(), 16);
+    let (bare, _, _) = listed
+        .iter()
+        .find(|(_, _, how)| *how == Listed::Bare)
+        .expect("bare entries past the cap");
+    let looked_up =
+        f.fs.lookup(root.ino, bare)
+            .await
+            .expect("a bare name is looked up");
+    assert_eq!(f.fs.inode_count(), 17, "a lookup always gives an inode");
+
+    let again = list_plus(&f.fs, root.ino).await;
+    for (name, ino, _) in &with_inode {
+        let (_, listed_ino, how) = again.iter().find(|(n, _, _)| n == name).expect("listed");
+        assert_eq!(
+            (listed_ino, how),
+            (ino, &Listed::Inode { cache: true }),
+            "{name}"
+        );
+    }
+    let (_, ino, how) = again.iter().find(|(n, _, _)| n == bare).expect("listed");
+    assert_eq!((*ino, *how), (looked_up.ino, Listed::Inode { cache: true }));
+    assert_eq!(f.fs.inode_count(), 17, "nothing new past the cap");
 }
 
 // --- Writes -----------------------------------------------------------------------------------
@@ -499,6 +560,7 @@ async fn ram_fixture(keys: &[String], page: u32, whole: usize) -> (Fs, tempfile:
         gid: 0,
         dir_perm: 0o555,
         ttl: Duration::from_secs(60),
+        inode_limit: usize::MAX,
     };
     let engines = test_engines(spill.path(), 64 << 20);
     let fs = Fs::new(options, engines, vec![backend]).with_whole_listing_max(whole);

@@ -28,8 +28,8 @@ use tokio::runtime::Handle;
 use crate::warm::abi::{WARM_IOCTL, WarmRequest};
 
 use crate::fs::{
-    Attr, BLOCK_SIZE, Creator, Fs, FsError, Kind, NameUse, OpenIo, OpenMode, Opened, Registration,
-    RenameFlags, SetAttr, errno_name, request_name,
+    Attr, BLOCK_SIZE, Creator, Fs, FsError, Kind, Listed, NameUse, OpenIo, OpenMode, Opened,
+    Registration, RenameFlags, SetAttr, errno_name, request_name,
 };
 use watchdog::{InFlight, Pending, Watchdog};
 
@@ -304,15 +304,19 @@ fn answer_readdirplus(
     mut reply: ReplyDirectoryPlus,
 ) {
     let ttl = fs.ttl();
-    let result = fs.readdir(fh.0, offset, true, |next, name, attr, trusted| {
-        !reply.add(
-            INodeNo(attr.ino),
-            next,
-            name,
-            if trusted { &ttl } else { &Duration::ZERO },
-            &file_attr(&attr),
-            Generation(0),
-        )
+    let result = fs.readdir(fh.0, offset, true, |next, name, attr, listed| {
+        let full = match listed {
+            Listed::Inode { cache } => reply.add(
+                INodeNo(attr.ino),
+                next,
+                name,
+                if cache { &ttl } else { &Duration::ZERO },
+                &file_attr(&attr),
+                Generation(0),
+            ),
+            Listed::Bare => reply.add_without_inode(next, name, &file_attr(&attr)),
+        };
+        !full
     });
     match result {
         Ok(()) => reply.ok(),

@@ -52,8 +52,13 @@ const META_LAYOUT: &str = "layout";
 const ROWS_PER_COMMIT: usize = 200_000;
 /// Rows handed to the index at once while a directory streams in.
 const BATCH_ROWS: usize = 4096;
-/// redb's page cache; the index's share of the process's memory.
-const CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// redb's page cache while building: the dirty pages of a commit and the tree's upper levels.
+const BUILD_CACHE_BYTES: usize = 64 << 20;
+/// redb's page cache when serving, the index's share of the process's memory. Small: a lookup
+/// or a page of a listing reads a few 4 KiB pages, which the kernel's page cache keeps too (not
+/// counted against the process); a large one filled up with the pages a long listing read once
+/// (64 MiB did: `find` of a 10M-entry directory).
+const READ_CACHE_BYTES: usize = 16 << 20;
 
 const ROOT_ID: u64 = 0;
 
@@ -114,7 +119,7 @@ impl Index {
     /// first (which takes a writer's handle, closed again at once).
     fn open(path: &Path) -> Result<Index, DatabaseError> {
         let mut builder = Database::builder();
-        builder.set_cache_size(CACHE_BYTES);
+        builder.set_cache_size(READ_CACHE_BYTES);
         let db = match builder.open_read_only(path) {
             Err(DatabaseError::RepairAborted) => {
                 builder.open(path)?.close()?;
@@ -143,7 +148,7 @@ impl Index {
             _ => {}
         }
         let db = Database::builder()
-            .set_cache_size(CACHE_BYTES)
+            .set_cache_size(BUILD_CACHE_BYTES)
             .create(path)
             .map_err(|e| store_error(path, e))?;
         let mut ingest = Ingest::start(&db, path)?;
@@ -852,7 +857,9 @@ mod tests {
                     mtime: at(1),
                     owner: None,
                 });
-                entries.insert((ROOT_ID, "f00002"), file.as_slice()).expect("row");
+                entries
+                    .insert((ROOT_ID, "f00002"), file.as_slice())
+                    .expect("row");
                 let mut ids = txn.open_table(DIR_IDS).expect("ids");
                 ids.insert("", ROOT_ID).expect("root");
                 let mut meta = txn.open_table(META).expect("meta");

@@ -781,6 +781,30 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// msfs: adds an entry without an inode (`nodeid` 0): the kernel lists the name, with
+    /// `attr.ino` as its number and `attr.kind` as its type, takes no reference on it and
+    /// caches nothing; it looks the name up when it is used. Returns true if the buffer is full.
+    pub fn add_without_inode<T: AsRef<OsStr>>(
+        &mut self,
+        offset: u64,
+        name: T,
+        attr: &FileAttr,
+    ) -> bool {
+        let name = name.as_ref();
+        self.buf.push(
+            &DirEntryPlus::new(
+                attr.ino,
+                Generation(0),
+                DirEntOffset(offset),
+                name,
+                Duration::ZERO,
+                attr.into(),
+                Duration::ZERO,
+            )
+            .without_inode(),
+        )
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

@@ -472,6 +472,9 @@ pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
     entry_valid: Duration,
     attr: Attr,
     attr_valid: Duration,
+    /// msfs: false for an entry listed without an inode (`nodeid` 0, see
+    /// `ReplyDirectoryPlus::add_without_inode`).
+    with_inode: bool,
 }
 
 impl<T: AsRef<Path>> DirEntryPlus<T> {
@@ -492,7 +495,17 @@ impl<T: AsRef<Path>> DirEntryPlus<T> {
             entry_valid,
             attr,
             attr_valid,
+            with_inode: true,
         }
+    }
+
+    /// msfs: the same entry listed without an inode: the kernel shows the name (with
+    /// `attr.ino` as its number) and takes no reference; it looks the name up when it is used.
+    pub(crate) fn without_inode(mut self) -> Self {
+        self.with_inode = false;
+        self.entry_valid = Duration::ZERO;
+        self.attr_valid = Duration::ZERO;
+        self
     }
 }
 
@@ -518,7 +531,9 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                // The kernel skips an entry whose nodeid is 0 (fuse_direntplus_link): it only
+                // emits the dirent below.
+                nodeid: if x.with_inode { x.attr.attr.ino } else { 0 },
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),

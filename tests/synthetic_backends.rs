@@ -338,6 +338,26 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// A mount whose backend `flat` is a PSEUDO directory of `files` 100-byte files, with
+/// `evictable_inode_limit` at `limit`, the limit checked every `check_ms`, metrics on the port
+/// returned.
+fn flat_pseudo_mount(files: usize, limit: u64, check_ms: u64) -> (MsfsMount, u16) {
+    let port = common::free_port();
+    let config = config_yaml_with(
+        &format!(
+            "endpoint: http://127.0.0.1:{port}\nevictable_inode_limit: {limit}\n\
+             ttl_check_interval: {check_ms}\n"
+        ),
+        &[backend(
+            "flat",
+            "PSEUDO",
+            "",
+            &[&format!("files_at_depth_0: {files}"), "file_size: 100"],
+        )],
+    );
+    (MsfsMount::start(&config, "yaml").expect("mount"), port)
+}
+
 /// `ls -l` of a directory of 10,000 files, with `evictable_inode_limit` at its smallest: the
 /// listing is whole, and the mount then holds no more inodes than the limit (the kernel was
 /// asked to drop the least recently used files' entries), every file still there when asked for.
@@ -345,20 +365,7 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 async fn a_listing_bigger_than_the_inode_limit_leaves_at_most_the_limit_held() {
     const FILES: usize = 10_000;
     const LIMIT: u64 = 4096;
-    let port = common::free_port();
-    let config = config_yaml_with(
-        &format!(
-            "endpoint: http://127.0.0.1:{port}\nevictable_inode_limit: {LIMIT}\n\
-             ttl_check_interval: 50\n"
-        ),
-        &[backend(
-            "flat",
-            "PSEUDO",
-            "",
-            &[&format!("files_at_depth_0: {FILES}"), "file_size: 100"],
-        )],
-    );
-    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let (m, port) = flat_pseudo_mount(FILES, LIMIT, 50);
     let root = m.path().join("flat");
     let listing = run("ls", &["-l", root.to_str().expect("utf-8 path")]);
     let files = listing.lines().filter(|l| l.starts_with('-')).count();
@@ -397,20 +404,7 @@ async fn a_listing_bigger_than_the_inode_limit_leaves_at_most_the_limit_held() {
 async fn a_listing_past_twice_the_inode_limit_lists_the_rest_without_inodes() {
     const FILES: usize = 20_000;
     const LIMIT: u64 = 4096;
-    let port = common::free_port();
-    let config = config_yaml_with(
-        &format!(
-            "endpoint: http://127.0.0.1:{port}\nevictable_inode_limit: {LIMIT}\n\
-             ttl_check_interval: 3600000\n"
-        ),
-        &[backend(
-            "flat",
-            "PSEUDO",
-            "",
-            &[&format!("files_at_depth_0: {FILES}"), "file_size: 100"],
-        )],
-    );
-    let m = MsfsMount::start(&config, "yaml").expect("mount");
+    let (m, port) = flat_pseudo_mount(FILES, LIMIT, 3_600_000);
     let root = m.path().join("flat");
     // Names only (`-f`: unsorted, no stat): every page is a readdirplus.
     let names: BTreeSet<String> = run("ls", &["-f", root.to_str().expect("utf-8 path")])

@@ -5,9 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use hashbrown::HashTable;
-use std::time::{Duration, Instant, SystemTime};
 
 use super::backend::Backend;
 use super::kernel_state::{KernelState, NameHeld, NodeRecord, Record, Restored, Snapshot};
@@ -70,9 +70,9 @@ pub struct InodeTable {
     nodes: HashMap<u64, Box<Node>>,
     /// The inode holding each name, hashed by its node's `(parent, name)`: one `u64` a name, not
     /// a second copy of it as a map key would be (measured with glibc's count over 200,000
-    /// lookups: 352 → 320 bytes an inode). A node renamed over or replaced stays in `nodes` without a name. Every inode
-    /// here is in `nodes`, whose name says where it hashes: it leaves here before it leaves
-    /// there or its name changes.
+    /// lookups: 352 → 320 bytes an inode). A node renamed over or replaced stays in `nodes`
+    /// without a name. Every inode here is in `nodes`, whose name says where it hashes: it
+    /// leaves here before it leaves there or its name changes.
     names: HashTable<u64>,
     hasher: RandomState,
     next_ino: u64,
@@ -309,17 +309,32 @@ impl InodeTable {
 
     /// Gives inode `ino` (in `nodes`) its node's name, taking it from any other holder.
     fn give_name(&mut self, ino: u64) {
-        let Some(node) = self.nodes.get(&ino) else {
+        let (nodes, hasher) = (&self.nodes, &self.hasher);
+        let Some(node) = nodes.get(&ino) else {
             return;
         };
-        let (parent, name) = (node.parent, node.name.clone());
-        self.take_name(parent, &name);
-        let hash = self.hasher.hash_one((parent, name.as_str()));
-        let (nodes, hasher) = (&self.nodes, &self.hasher);
+        let hash = hasher.hash_one((node.parent, node.name.as_str()));
+        if let Ok(held) = self
+            .names
+            .find_entry(hash, |held| named(nodes, *held, node.parent, &node.name))
+        {
+            held.remove();
+        }
         self.names.insert_unique(hash, ino, |ino| {
             let node = &nodes[ino];
             hasher.hash_one((node.parent, node.name.as_str()))
         });
+    }
+
+    /// Takes inode `ino` (in `nodes`) out of `names` if it holds its node's name.
+    fn drop_name(&mut self, ino: u64) {
+        let Some(node) = self.nodes.get(&ino) else {
+            return;
+        };
+        let hash = self.hasher.hash_one((node.parent, node.name.as_str()));
+        if let Ok(held) = self.names.find_entry(hash, |held| *held == ino) {
+            held.remove();
+        }
     }
 
     /// Records that `name` in `parent` is `kind` and takes one kernel reference on it. The inode
@@ -424,10 +439,7 @@ impl InodeTable {
             node.lookups == 0
         };
         if gone {
-            let name = (node.parent, node.name.clone());
-            if self.child(name.0, &name.1) == Some(ino) {
-                self.take_name(name.0, &name.1);
-            }
+            self.drop_name(ino);
             self.nodes.remove(&ino);
             self.count(-1);
             self.journal(|| Record::Forgotten { ino });
@@ -469,10 +481,9 @@ impl InodeTable {
             node.parent = new_parent;
             node.name = new_name.to_string();
             node.path = new_path;
-            self.give_name(ino);
-        } else {
-            self.take_name(new_parent, new_name);
         }
+        // (`take_name` found `ino` through its node, so the node is there.)
+        self.give_name(ino);
     }
 
     /// A number for a directory entry the kernel takes no reference on (plain readdir): the

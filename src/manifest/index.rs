@@ -473,7 +473,8 @@ struct Packer<'a> {
     path: &'a Path,
     /// The directory whose rows are being packed.
     dir: Option<u64>,
-    open: Option<OpenRun>,
+    /// The runs of rows in order being written; the last one not yet stored.
+    open: Option<RunWriter>,
     /// The greatest name packed in `dir` ("" before its first).
     dir_max: String,
     /// Rows of `dir` that came after a greater name, merged in by [`Packer::merge`].
@@ -488,13 +489,6 @@ struct Packer<'a> {
 const PENDING_BYTES: usize = if cfg!(test) { 300 } else { 32 << 20 };
 /// What a held row costs beyond its name and attributes (the map's node, two allocations).
 const PENDING_ROW_OVERHEAD: usize = 64;
-
-/// The run being filled: not yet in the table.
-struct OpenRun {
-    dir: u64,
-    first: String,
-    bytes: Vec<u8>,
-}
 
 /// As a TSV is read: the first directory of a name stays, a later row replaces a file.
 fn later_row_wins(earlier: &[u8]) -> bool {
@@ -533,17 +527,11 @@ impl<'a> Packer<'a> {
         }
         self.dir_max.clear();
         self.dir_max.push_str(&entry.name);
-        let open = self.open.get_or_insert_with(|| OpenRun {
-            dir,
-            first: entry.name.clone(),
-            bytes: Vec::with_capacity(block::FULL_BYTES + 256),
-        });
-        block::push(&mut open.bytes, &entry.name, &self.attributes);
         self.entries += 1;
-        if open.bytes.len() >= block::FULL_BYTES {
-            self.close(blocks)?;
-        }
-        Ok(())
+        self.open
+            .get_or_insert_with(|| RunWriter::new(dir, &entry.name))
+            .push(blocks, &entry.name, &self.attributes)
+            .map_err(|e| store_error(self.path, e))
     }
 
     /// Stores what is left of the directory being packed: call at the end of each.
@@ -554,12 +542,10 @@ impl<'a> Packer<'a> {
 
     /// Stores the open run, if any.
     fn close(&mut self, blocks: &mut Blocks) -> Result<(), IndexError> {
-        if let Some(run) = self.open.take() {
-            blocks
-                .insert((run.dir, run.first.as_str()), run.bytes.as_slice())
-                .map_err(|e| self.error(e))?;
+        match self.open.take() {
+            Some(mut run) => run.finish(blocks).map_err(|e| self.error(e)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Holds `name` (with `self.attributes`) for the next merge.
@@ -634,11 +620,7 @@ impl<'a> Packer<'a> {
         };
         let mut stored = block::entries(run).peekable();
         let mut group = group.into_iter().peekable();
-        let mut out = RunWriter {
-            dir,
-            first: first.to_string(),
-            bytes: Vec::with_capacity(block::FULL_BYTES + 256),
-        };
+        let mut out = RunWriter::new(dir, first);
         loop {
             let next_stored = match stored.peek() {
                 Some(Err(Corrupt)) => return Err(corrupt(Corrupt)),
@@ -675,7 +657,9 @@ impl<'a> Packer<'a> {
     }
 }
 
-/// Writes a sorted stream of entries as runs of about [`block::FULL_BYTES`].
+/// Writes a sorted stream of entries of one directory as runs of about [`block::FULL_BYTES`],
+/// the first under `first`; each run is stored when the next entry does not fit it, the last
+/// by [`RunWriter::finish`].
 struct RunWriter {
     dir: u64,
     /// The first name of the run being written: the next entry's once a run is stored.
@@ -684,6 +668,14 @@ struct RunWriter {
 }
 
 impl RunWriter {
+    fn new(dir: u64, first: &str) -> RunWriter {
+        RunWriter {
+            dir,
+            first: first.to_string(),
+            bytes: Vec::with_capacity(block::FULL_BYTES + 256),
+        }
+    }
+
     fn push(
         &mut self,
         blocks: &mut Blocks,

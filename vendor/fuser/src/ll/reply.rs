@@ -503,8 +503,6 @@ impl<T: AsRef<Path>> DirEntryPlus<T> {
     /// `attr.ino` as its number) and takes no reference; it looks the name up when it is used.
     pub(crate) fn without_inode(mut self) -> Self {
         self.with_inode = false;
-        self.entry_valid = Duration::ZERO;
-        self.attr_valid = Duration::ZERO;
         self
     }
 }

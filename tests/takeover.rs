@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::app::{HoldingApp, md5_hex};
 use common::fault_proxy::{Fault, FaultPlan, FaultProxy, Match, S3Op};
-use common::mount::{abort_fuse_connection, within};
+use common::mount::{abort_fuse_connection, daemon_log, within};
 use common::{Garage, MsfsMount, config_yaml_with, pattern, s3_backend_yaml, wait_until};
 
 const MIB: usize = 1 << 20;
@@ -249,7 +249,8 @@ async fn dd_across_a_kill(bucket: &str, more_top: &str) {
     let status = within(&mount, HANG_LIMIT, "dd writing on", move || dd.wait());
     assert!(
         status.expect("dd").success(),
-        "dd fails across the takeover"
+        "dd fails across the takeover\n--- msfs log ---\n{}",
+        daemon_log(&mount)
     );
 
     let expected = file_bytes(&source);

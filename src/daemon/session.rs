@@ -67,12 +67,17 @@ impl SessionOptions {
         } else {
             SessionACL::Owner
         };
+        session.n_threads = Some(self.worker_count());
+        session
+    }
+
+    /// The FUSE worker threads the session runs: `workers`, or one per CPU, at least 2.
+    pub fn worker_count(&self) -> usize {
         let workers = match self.workers {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         };
-        session.n_threads = Some(workers.max(2));
-        session
+        workers.max(2)
     }
 }
 
@@ -111,6 +116,7 @@ impl MountedSession {
         options: &SessionOptions,
     ) -> io::Result<MountedSession> {
         let adapter = FuseAdapter::new(fs.clone(), runtime, options.max_write)
+            .workers(options.worker_count())
             .writeback_cache(options.writeback_cache)
             .passthrough(options.passthrough)
             .watch_stalls(options.stall_warn, &options.name);
@@ -142,6 +148,7 @@ impl MountedSession {
     ) -> io::Result<MountedSession> {
         let metrics = fs.metrics().clone();
         let adapter = FuseAdapter::new(fs.clone(), runtime, kernel.max_write)
+            .workers(options.worker_count())
             .watch_stalls(options.stall_warn, &options.name)
             .resumed(kernel);
         let unanswered = adapter.unanswered();

@@ -55,7 +55,7 @@ pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};
 pub use meta_ops::Creator;
 pub use passthrough::{Backing, OpenIo, Registration};
-pub use write_ops::{RenameFlags, SetAttr};
+pub use write_ops::{RenameFlags, SetAttr, WrittenNow};
 
 use crate::cache::ObjectVersion;
 use crate::engines::Engines;

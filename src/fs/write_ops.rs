@@ -49,6 +49,19 @@ pub struct SetAttr {
     pub fh: Option<u64>,
 }
 
+/// A write [`Fs::write_now`] did: the bytes it took, and whether it finished a part of a large
+/// file streamed as it is written ([`Fs::stream_parts_after`] is then due before the answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrittenNow {
+    pub len: u32,
+    pub part_finished: bool,
+}
+
+/// What a write of `data` answers: its length (a FUSE write is never larger than `u32`).
+fn written_len(data: &[u8]) -> u32 {
+    u32::try_from(data.len()).unwrap_or(u32::MAX)
+}
+
 /// How long a rename of a file just closed waits for the kernel's RELEASE of its handle before
 /// taking the file for one still open for writing (EBUSY): 2 s in rounds of 10 ms.
 const RELEASE_WAIT_ROUNDS: u32 = 200;
@@ -189,12 +202,54 @@ impl Fs {
 
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let handle = self.handle(fh)?;
+        let file = Self::writing_through(&handle)?;
+        self.engines.writes.write(file, offset, data).await?;
+        Ok(written_len(data))
+    }
+
+    /// [`Fs::write`] on the caller's thread (a FUSE worker's) when nothing must wait: `None`,
+    /// having changed nothing but the handle's written-through mark, when the dirty bound has
+    /// no room at once (then call `write`). A write that finished a part of a large file
+    /// streamed as it is written says so: call [`Fs::stream_parts_after`] before answering.
+    pub fn write_now(&self, fh: u64, offset: u64, data: &[u8]) -> Option<Result<WrittenNow>> {
+        let written = (|| {
+            let handle = self.handle(fh)?;
+            let file = Self::writing_through(&handle)?;
+            Ok(self.engines.writes.write_now(file, offset, data))
+        })();
+        let part_finished = match written {
+            Ok(Some(Ok(part_finished))) => part_finished,
+            Ok(None) => return None,
+            Ok(Some(Err(e))) => return Some(Err(e.into())),
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(WrittenNow {
+            len: written_len(data),
+            part_finished,
+        }))
+    }
+
+    /// What a write that [`Fs::write_now`] answered with `part_finished` leaves to do: start
+    /// the upload of the parts it finished, waiting for a slot (the writer's backpressure).
+    pub async fn stream_parts_after(&self, fh: u64, offset: u64, len: u64) {
+        if let Ok(handle) = self.handle(fh)
+            && let Some(file) = &handle.dirty
+        {
+            self.engines
+                .writes
+                .stream_parts_after(file, offset, len)
+                .await;
+        }
+    }
+
+    /// The file a write through `handle` goes to, marking the handle written through (what
+    /// `flush` reads); `NotWritable` for a handle not open for writing.
+    fn writing_through(handle: &FileHandle) -> Result<&Arc<DirtyFile>> {
         let (true, Some(file)) = (handle.writable, &handle.dirty) else {
             return Err(FsError::NotWritable);
         };
         handle.wrote.store(true, Ordering::Relaxed);
-        self.engines.writes.write(file, offset, data).await?;
-        Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
+        Ok(file)
     }
 
     /// A close of a descriptor of `fh` (FUSE FLUSH) by process `closer`, if known. The kernel

@@ -2,7 +2,9 @@
 //!
 //! fuser runs a few worker threads reading /dev/fuse. A worker never waits on the network: every
 //! request that may reach the store is handed, with its reply object, to a tokio task, and the
-//! worker goes back to read the next request. While a request waits for its answer it is in the
+//! worker goes back to read the next request. The one exception is a write that needs no
+//! waiting: all workers but one may put its bytes into the spill file themselves and answer
+//! ([`FuseAdapter::write_inline`]). While a request waits for its answer it is in the
 //! session's in-flight table, which the no-progress watchdog ([`watchdog`]) sweeps. Every error
 //! reply is logged and counted in one place ([`errno`], [`refused`]).
 
@@ -64,6 +66,11 @@ pub struct FuseAdapter {
     kernel: Arc<OnceLock<KernelInit>>,
     /// Requests handed to the runtime and not answered yet (whether or not a watchdog looks).
     unanswered: Unanswered,
+    /// Workers writing on their own thread now ([`FuseAdapter::write_inline`]), and how many
+    /// may at once: all but one of the session's workers, so that one is always free to read
+    /// requests however slow the local disk is.
+    inline_busy: AtomicUsize,
+    inline_max: usize,
 }
 
 /// How many requests a session handed to the runtime are still unanswered: what a hand-off to
@@ -113,7 +120,17 @@ impl FuseAdapter {
             watchdog: None,
             kernel: Arc::new(OnceLock::new()),
             unanswered: Unanswered::default(),
+            inline_busy: AtomicUsize::new(0),
+            inline_max: 0,
         }
+    }
+
+    /// The number of worker threads reading requests for this adapter: all but one of them may
+    /// answer writes on their own thread ([`FuseAdapter::write_inline`]). Without it (or with
+    /// one worker) every write is handed to the runtime.
+    pub fn workers(mut self, workers: usize) -> FuseAdapter {
+        self.inline_max = workers.saturating_sub(1);
+        self
     }
 
     /// Asks the kernel for its writeback cache in INIT (when it offers one). What that changes
@@ -216,6 +233,73 @@ impl FuseAdapter {
             unanswered.fetch_sub(1, Ordering::SeqCst);
             fs.metrics().fuse_request(op, started.elapsed());
         });
+    }
+}
+
+/// A worker's turn to write on its own thread (see [`FuseAdapter::write_inline`]); given back
+/// when dropped.
+struct InlineSlot<'a>(&'a AtomicUsize);
+
+impl Drop for InlineSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl FuseAdapter {
+    /// A turn to write on this worker's thread, if fewer than `inline_max` workers are.
+    fn inline_slot(&self) -> Option<InlineSlot<'_>> {
+        self.inline_busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |busy| {
+                (busy < self.inline_max).then_some(busy + 1)
+            })
+            .ok()
+            .map(|_| InlineSlot(&self.inline_busy))
+    }
+
+    /// Answers a write on this worker's thread when that needs no waiting (`Fs::write_now`):
+    /// the spill file's `pwrite` and its log record take microseconds, and handing them to the
+    /// runtime and its blocking pool cost a 4 KiB write twice that. A write that must wait for
+    /// commits to free dirty room, or that finds every other worker writing already, has its
+    /// reply given back, untouched, for the runtime. While it writes, the request is in the
+    /// watchdog's table, and the worker is dispatching (what a hand-off waits for).
+    fn write_inline(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        reply: ReplyWrite,
+    ) -> Option<ReplyWrite> {
+        let Some(slot) = self.inline_slot() else {
+            return Some(reply);
+        };
+        let started = Instant::now();
+        let pending = self.pending("write", ino.0, req, started);
+        let written = self.fs.write_now(fh.0, offset, data);
+        // Given back before the answer: the writer's next write, which another worker may read
+        // the instant this one answers, must find the slot free.
+        drop(slot);
+        match written {
+            None => return Some(reply),
+            Some(Ok(written)) if written.part_finished => {
+                drop(pending);
+                let len = data.len() as u64;
+                // The upload slot of the part it finished is this write's backpressure: waited
+                // for on the runtime, then answered.
+                self.spawn("write", ino, req, move |fs| async move {
+                    fs.stream_parts_after(fh.0, offset, len).await;
+                    reply.written(written.len);
+                });
+                return None;
+            }
+            Some(Ok(written)) => reply.written(written.len),
+            Some(Err(e)) => reply.error(errno(&self.fs, "write", ino, &e)),
+        }
+        drop(pending);
+        self.fs.metrics().fuse_request("write", started.elapsed());
+        None
     }
 }
 
@@ -921,6 +1005,9 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let Some(reply) = self.write_inline(req, ino, fh, offset, data, reply) else {
+            return;
+        };
         let data = data.to_vec();
         self.spawn("write", ino, req, move |fs| async move {
             match fs.write(fh.0, offset, &data).await {

@@ -747,22 +747,9 @@ pub(super) async fn stream_finished_parts(
     start: u64,
     end: u64,
 ) {
-    let threshold = inner.config.multipart_threshold;
-    let (part_size, started) = {
-        let state = file.state();
-        if state.size < threshold || state.deleted || state.committing || !state.appending {
-            return;
-        }
-        match &state.upload {
-            Some(upload) => (upload.part_size, true),
-            // Sized for a file of the threshold's size: the grid must be fixed before the final
-            // size is known; `ensure_upload` starts over in the rare file it is too small for.
-            None => (plan::part_size_for(threshold), false),
-        }
+    let Some((part_size, started)) = streamed_grid(inner, file, start, end) else {
+        return;
     };
-    if end / part_size == start / part_size && !end.is_multiple_of(part_size) {
-        return; // still inside one part
-    }
     let finished_before = end / part_size; // parts [0, finished_before) lie below `end`
     // The first time, every part written so far; then the ones this write finished.
     let first = if started {
@@ -797,6 +784,32 @@ pub(super) async fn stream_finished_parts(
             file.streamed.notify_waiters();
         });
     }
+}
+
+/// If a write of `start..end` finished a part of a file streamed as it is written: the grid's
+/// part size, and whether its upload has started. `None` for every other write, which is what
+/// nearly every write is, and cheap to tell.
+pub(super) fn streamed_grid(
+    inner: &Inner,
+    file: &DirtyFile,
+    start: u64,
+    end: u64,
+) -> Option<(u64, bool)> {
+    let threshold = inner.config.multipart_threshold;
+    let (part_size, started) = {
+        let state = file.state();
+        if state.size < threshold || state.deleted || state.committing || !state.appending {
+            return None;
+        }
+        match &state.upload {
+            Some(upload) => (upload.part_size, true),
+            // Sized for a file of the threshold's size: the grid must be fixed before the final
+            // size is known; `ensure_upload` starts over in the rare file it is too small for.
+            None => (plan::part_size_for(threshold), false),
+        }
+    };
+    let within_one_part = end / part_size == start / part_size && !end.is_multiple_of(part_size);
+    (!within_one_part).then_some((part_size, started))
 }
 
 /// Uploads part `index` of the file as it is now.

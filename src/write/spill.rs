@@ -1,5 +1,6 @@
 //! Putting written bytes into a file's spill file: `write` (within the dirty bound, bytes before
-//! their log record, on the blocking pool) and `truncate`, and the spill file's creation on
+//! their log record, on the blocking pool), `write_now` (the same on the caller's thread when
+//! nothing must wait) and `truncate`, and the spill file's creation on
 //! first use. Apart from the engine's table of files because this is the one path that does
 //! local file I/O for every FUSE write, and its ordering rules (see `file`, `durable`) are its
 //! own.
@@ -24,19 +25,11 @@ impl WriteEngine {
         offset: u64,
         data: &[u8],
     ) -> Result<(), WriteError> {
-        let len = data.len() as u64;
-        let max = file.target.store.max_object_size();
-        offset
-            .checked_add(len)
-            .filter(|end| *end <= max)
-            .ok_or(WriteError::TooLarge {
-                size: offset.saturating_add(len),
-                max,
-            })?;
-        let end = offset + len;
-        if len == 0 {
+        let end = checked_end(file, offset, data)?;
+        if data.is_empty() {
             return Ok(());
         }
+        let len = data.len() as u64;
         // Bytes that can never be committed (the file is unlinked, or its commit failed for
         // good) are not counted against the bound: no commit could ever free them, and a writer
         // waiting for that would wait forever and hold up every writer of the process.
@@ -61,6 +54,65 @@ impl WriteEngine {
             .await
             .unwrap_or(Err(WriteError::Internal("a spill write task panicked")))
         };
+        self.account(file, data.len(), reserved, recorded)?;
+        commit::stream_finished_parts(&self.inner, file, offset, end).await;
+        Ok(())
+    }
+
+    /// [`WriteEngine::write`] on the caller's thread, if it needs no waiting: `None`, having
+    /// done nothing, when the dirty bound has no room for `data` at once. Otherwise the bytes
+    /// and their record are in the spill when it returns, and `Ok(true)` says the write
+    /// finished a part of a file streamed as it is written: call
+    /// [`WriteEngine::stream_parts_after`] before answering (that upload's backpressure).
+    ///
+    /// For a FUSE worker thread (`fuse::FuseAdapter::write_inline`): the two thread hops of
+    /// `write` cost a 4 KiB write as much as everything else it does together.
+    pub fn write_now(
+        &self,
+        file: &Arc<DirtyFile>,
+        offset: u64,
+        data: &[u8],
+    ) -> Option<Result<bool, WriteError>> {
+        let end = match checked_end(file, offset, data) {
+            Ok(end) => end,
+            Err(e) => return Some(Err(e)),
+        };
+        if data.is_empty() {
+            return Some(Ok(false));
+        }
+        let len = data.len() as u64;
+        let reserved = if file.state().counts_against_budget() {
+            if !self.inner.budget.try_reserve(len) {
+                return None;
+            }
+            len
+        } else {
+            0
+        };
+        let recorded = self.inner.spill_write(file, offset, data, reserved);
+        if let Err(e) = self.account(file, data.len(), reserved, recorded) {
+            return Some(Err(e));
+        }
+        Some(Ok(
+            commit::streamed_grid(&self.inner, file, offset, end).is_some()
+        ))
+    }
+
+    /// What a write that [`WriteEngine::write_now`] answered `Ok(true)` leaves to do: start
+    /// streaming the parts it finished, waiting for an upload slot.
+    pub async fn stream_parts_after(&self, file: &Arc<DirtyFile>, offset: u64, len: u64) {
+        commit::stream_finished_parts(&self.inner, file, offset, offset + len).await;
+    }
+
+    /// Counts what `spill_write` recorded (`recorded`: how many of the `reserved` bytes are
+    /// now dirty) and gives the rest of the reservation back.
+    fn account(
+        &self,
+        file: &DirtyFile,
+        len: usize,
+        reserved: u64,
+        recorded: Result<u64, WriteError>,
+    ) -> Result<(), WriteError> {
         let counted = match recorded {
             Ok(counted) => counted,
             Err(e) => {
@@ -72,8 +124,7 @@ impl WriteEngine {
         self.inner.metrics.add_dirty_bytes(counted as i64);
         self.inner
             .metrics
-            .record_bytes_written(&file.target.backend, data.len());
-        commit::stream_finished_parts(&self.inner, file, offset, end).await;
+            .record_bytes_written(&file.target.backend, len);
         Ok(())
     }
 
@@ -137,7 +188,7 @@ impl Inner {
     /// Puts `data` at `offset` into the file's spill file and records it: bytes first, then
     /// the log record (`durable`), then the state, the last two under the state lock so the
     /// log's order is the state's. Returns how many of the `reserved` bytes now count as dirty.
-    /// File I/O: run on the blocking pool.
+    /// File I/O: run off the async runtime (the blocking pool, or the FUSE worker of `write_now`).
     fn spill_write(
         &self,
         file: &DirtyFile,
@@ -209,4 +260,17 @@ impl Inner {
     pub(super) fn new_spill_number(&self) -> u64 {
         self.next_spill.fetch_add(1, Ordering::Relaxed)
     }
+}
+
+/// Where a write of `data` at `offset` ends, or `TooLarge` (EFBIG) past the largest object the
+/// file's store can hold.
+fn checked_end(file: &DirtyFile, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
+    let (len, max) = (data.len() as u64, file.target.store.max_object_size());
+    offset
+        .checked_add(len)
+        .filter(|end| *end <= max)
+        .ok_or(WriteError::TooLarge {
+            size: offset.saturating_add(len),
+            max,
+        })
 }

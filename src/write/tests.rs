@@ -417,17 +417,12 @@ async fn a_large_sequential_write_streams_its_parts_before_the_commit() {
     }
     // Parts 0..4 are complete; the writer does not wait for their uploads. Wait (bounded) for
     // them to land before closing.
-    for _ in 0..500 {
-        if f.store.calls("upload_part") >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let streamed = f.store.calls("upload_part");
-    assert!(
-        streamed >= 4,
-        "parts were uploaded while writing: {streamed}"
-    );
+    eventually(
+        "parts uploaded while writing",
+        Duration::from_secs(30),
+        || f.store.calls("upload_part") >= 4,
+    )
+    .await;
     f.engine.commit(&file).await.expect("commit");
     assert_eq!(f.stored("stream").as_deref(), Some(&body[..]));
     assert_eq!(
@@ -439,19 +434,91 @@ async fn a_large_sequential_write_streams_its_parts_before_the_commit() {
 }
 
 #[tokio::test]
+async fn a_write_now_writes_within_the_bound_and_does_nothing_past_it() {
+    let f = fixture(64 * MIB, MIB);
+    let file = f.engine.create(f.target("now")).await;
+    assert!(matches!(
+        f.engine.write_now(&file, 0, b"hello"),
+        Some(Ok(false))
+    ));
+    assert_eq!(f.read_all(&file).await, b"hello");
+    assert_eq!(f.engine.dirty_bytes(), 5);
+
+    // No room at once: nothing is written, counted or recorded, for the caller to wait.
+    let big = vec![7u8; MIB as usize];
+    assert!(f.engine.write_now(&file, 5, &big).is_none());
+    assert_eq!(file.meta().size, 5);
+    assert_eq!(f.engine.dirty_bytes(), 5);
+    assert_eq!(
+        f.engine.inner.budget.used(),
+        5,
+        "the reservation was not kept"
+    );
+
+    let max = f.store.max_object_size();
+    assert!(matches!(
+        f.engine.write_now(&file, max, b"x"),
+        Some(Err(WriteError::TooLarge { .. }))
+    ));
+    assert!(matches!(f.engine.write_now(&file, 5, b""), Some(Ok(false))));
+    assert_eq!(file.meta().size, 5, "an empty write changes nothing");
+
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("now").as_deref(), Some(&b"hello"[..]));
+    assert_eq!(f.engine.dirty_bytes(), 0);
+    // With the bound free again the large write fits (alone, even past the bound).
+    assert!(matches!(
+        f.engine.write_now(&file, 5, &big),
+        Some(Ok(false))
+    ));
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("now").map(|b| b.len()), Some(5 + MIB as usize));
+}
+
+#[tokio::test]
+async fn a_write_now_that_finishes_a_part_says_so_and_the_part_is_streamed() {
+    let f = fixture(8 * MIB, 1 << 30);
+    let body = Rng(42).bytes((40 * MIB) as usize);
+    let file = f.engine.create(f.target("stream-now")).await;
+    let mut finished = Vec::new();
+    for (i, chunk) in body.chunks(MIB as usize).enumerate() {
+        let offset = i as u64 * MIB;
+        match f.engine.write_now(&file, offset, chunk) {
+            Some(Ok(true)) => {
+                finished.push(i);
+                f.engine
+                    .stream_parts_after(&file, offset, chunk.len() as u64)
+                    .await;
+            }
+            Some(Ok(false)) => {}
+            other => panic!("write {i}: {other:?}"),
+        }
+    }
+    assert_eq!(finished, [7, 15, 23, 31, 39], "each write ending a part");
+    eventually("four parts streamed", Duration::from_secs(30), || {
+        f.store.calls("upload_part") >= 4
+    })
+    .await;
+    f.engine.commit(&file).await.expect("commit");
+    assert_eq!(f.stored("stream-now").as_deref(), Some(&body[..]));
+    assert_eq!(
+        f.store.calls("upload_part"),
+        5,
+        "the commit reused every streamed part"
+    );
+}
+
+#[tokio::test]
 async fn a_failed_background_commit_keeps_the_data_and_is_reported_to_fsync_once() {
     let f = fixture(64 * MIB, 1 << 30);
     let file = f.engine.create(f.target("flaky")).await;
     f.engine.write(&file, 0, b"precious").await.expect("write");
     f.store.fail_writes.store(true, Ordering::SeqCst);
     f.engine.commit_in_background(&file);
-    for _ in 0..500 {
-        if file.state().failure.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(file.state().failure.is_some(), "the failure was recorded");
+    eventually("the failure was recorded", Duration::from_secs(30), || {
+        file.state().failure.is_some()
+    })
+    .await;
     assert!(file.is_dirty(), "the data stays dirty");
     assert!(f.stored("flaky").is_none());
 
@@ -474,12 +541,10 @@ async fn a_foreground_commit_failure_is_returned_and_retried_in_the_background()
     assert!(f.engine.commit(&file).await.is_err());
     f.store.fail_writes.store(false, Ordering::SeqCst);
     // The background retry lands it without anyone asking again.
-    for _ in 0..1000 {
-        if f.stored("retry").is_some() && !file.is_dirty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the retry landed", Duration::from_secs(30), || {
+        f.stored("retry").is_some() && !file.is_dirty()
+    })
+    .await;
     assert_eq!(f.stored("retry").as_deref(), Some(&b"data"[..]));
 }
 
@@ -605,13 +670,12 @@ async fn a_commit_refused_for_good_stops_retrying_keeps_the_data_and_frees_the_b
     f.engine.write(&denied, 0, &body).await.expect("write");
     f.store.deny_writes.store(true, Ordering::SeqCst);
     f.engine.commit_in_background(&denied);
-    for _ in 0..500 {
-        if denied.state().stranded {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(denied.state().stranded, "the failure was taken as final");
+    eventually(
+        "the failure was taken as final",
+        Duration::from_secs(30),
+        || denied.state().stranded,
+    )
+    .await;
     assert_eq!(
         f.engine.dirty_bytes(),
         0,

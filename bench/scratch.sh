@@ -1,9 +1,10 @@
 # Sourced by the bench shell scripts, from the repository root: `. bench/scratch.sh NAME`.
-# Sets MSFS (the release build if there is one, else the debug one), WORK (a scratch directory
+# Sets MSFS (as given in the environment, to compare two builds; else the release build if there
+# is one, else the debug one), WORK (a scratch directory
 # /tmp/msfs-NAME.XXXXXX), M (the mountpoint path inside it) and DAEMON (empty: the script puts
 # the PID of the msfs it starts there), and at exit unmounts M, waits for DAEMON and removes
 # WORK, so that a script stops only what it started.
-MSFS=$PWD/target/release/msfs
+MSFS=${MSFS:-$PWD/target/release/msfs}
 [ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
 WORK=$(mktemp -d "/tmp/msfs-$1.XXXXXX")
 M=$WORK/mnt

@@ -357,7 +357,7 @@ fn rebase(
         };
         (released, clean, leftover)
     };
-    leftover.dispose();
+    leftover.dispose(&inner.spares);
     inner.budget.release(released);
     inner.metrics.add_dirty_bytes(-(released as i64));
     match (clean, inner.config.promote, &inner.cache, body) {

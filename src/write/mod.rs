@@ -114,6 +114,9 @@ struct Inner {
     config: WriteConfig,
     /// Where this process's and dead processes' spill directories are (`journal_parent`).
     spill_parent: PathBuf,
+    /// Spill directories made ahead of need. Declared before `spill_dir`, so dropped first:
+    /// its spares are gone when the directory is removed (if empty) at exit.
+    spares: durable::Spares,
     /// This process's spill directory (`durable`), kept at exit while it holds dirty files.
     spill_dir: PrivateDir,
     /// One spill recovery pass at a time (see `durable::recover`).
@@ -122,8 +125,8 @@ struct Inner {
     /// (store id, key) → the file being written there.
     files: Mutex<HashMap<(String, String), Arc<DirtyFile>>>,
     /// Names the spill files: unique in the process, never reused (a directory being removed
-    /// in the background is never confused with a new one).
-    next_spill: AtomicU64,
+    /// in the background is never confused with a new one). Shared with `spares`.
+    next_spill: Arc<AtomicU64>,
     commit_slots: Semaphore,
     streamed_parts: Arc<Semaphore>,
     budget: Budget,
@@ -164,14 +167,16 @@ impl WriteEngine {
             .map_err(|(path, source)| WriteError::SpillDir { path, source })?;
         let journal = UploadJournal::open(&journal_parent)
             .map_err(|(path, source)| WriteError::JournalDir { path, source })?;
+        let next_spill = Arc::new(AtomicU64::new(1));
         Ok(WriteEngine {
             inner: Arc::new(Inner {
                 spill_parent: journal_parent,
+                spares: durable::Spares::start(spill_dir.path(), Arc::clone(&next_spill)),
                 spill_dir,
                 recovering: tokio::sync::Mutex::new(()),
                 journal: Arc::new(journal),
                 files: Mutex::new(HashMap::new()),
-                next_spill: AtomicU64::new(1),
+                next_spill,
                 commit_slots: Semaphore::new(commit_slots(&config)),
                 streamed_parts: Arc::new(Semaphore::new(streamed_part_slots(&config))),
                 budget: Budget::new(config.dirty_limit),
@@ -272,7 +277,7 @@ impl WriteEngine {
             // open (unnamed) for the handles still reading it.
             (std::mem::take(&mut state.budgeted), state.log.take())
         };
-        durable::Leftover { spill: None, log }.dispose();
+        durable::Leftover { spill: None, log }.dispose(&self.inner.spares);
         self.inner.budget.release(budgeted);
         self.inner.metrics.add_dirty_bytes(-(budgeted as i64));
         // A commit checks `deleted` when it starts; wait out one that started before.
@@ -352,6 +357,7 @@ impl WriteEngine {
     /// which commits what they hold as a dead process's (after [`WriteEngine::stop_commits`];
     /// nothing may be written through the engine afterwards).
     pub fn leave_to_successor(&self) {
+        self.inner.spares.stop();
         self.inner.spill_dir.leave();
         self.inner.journal.leave();
     }
@@ -394,7 +400,7 @@ impl Inner {
                 }
             }
         };
-        leftover.dispose();
+        leftover.dispose(&self.spares);
     }
 }
 

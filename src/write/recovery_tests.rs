@@ -112,9 +112,11 @@ async fn read_all(engine: &WriteEngine, file: &Arc<DirtyFile>) -> Vec<u8> {
         .to_vec()
 }
 
-/// What a SIGKILL leaves: nothing committed, nothing cleaned up, the directory unlocked (the
-/// engine's handle and every file's are dropped, once no task of the engine is running).
+/// What a SIGKILL leaves: nothing committed, nothing cleaned up (spill directories made ahead
+/// of need included), the directory unlocked (the engine's handle and every file's are
+/// dropped, once no task of the engine is running).
 async fn kill(engine: WriteEngine, files: Vec<Arc<DirtyFile>>) {
+    engine.inner.spares.abandon();
     drop(files);
     until("no task of the engine is running", || {
         Arc::strong_count(&engine.inner) == 1
@@ -148,21 +150,28 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     panic!("timed out waiting until {what}");
 }
 
+/// The files' directories in this engine's spill directory: not its spares (made ahead of
+/// need: their logs empty, or not made yet).
+fn file_spills(engine: &WriteEngine) -> Vec<PathBuf> {
+    std::fs::read_dir(engine.inner.spill_dir.path())
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.path())
+                .filter(|path| std::fs::metadata(path.join("log")).is_ok_and(|m| m.len() > 0))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The one file's directory in this engine's spill directory.
 fn only_spill(engine: &WriteEngine) -> PathBuf {
-    let files: Vec<PathBuf> = std::fs::read_dir(engine.inner.spill_dir.path())
-        .expect("list")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let files = file_spills(engine);
     assert_eq!(files.len(), 1, "{files:?}");
     files[0].clone()
 }
 
 fn spill_is_empty(engine: &WriteEngine) -> bool {
-    std::fs::read_dir(engine.inner.spill_dir.path())
-        .map(|mut d| d.next().is_none())
-        .unwrap_or(true)
+    file_spills(engine).is_empty()
 }
 
 #[tokio::test]

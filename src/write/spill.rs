@@ -224,15 +224,15 @@ impl Inner {
         Ok(spill)
     }
 
-    /// The file's spill file, created on first use: with its log, headed by the state as it is
-    /// now (`durable`); for a deleted file, which is never committed, unnamed at once, so it
+    /// The file's spill file, created on first use (in a directory made ahead of need, when one
+    /// is ready): with its log, headed by the state as it is now (`durable`); for a deleted file, which is never committed, unnamed at once, so it
     /// lives exactly as long as the file needs it, crash or not.
     fn ensure_spill(&self, file: &DirtyFile, state: &mut State) -> Result<Arc<File>, WriteError> {
         if let Some(spill) = &state.spill {
             return Ok(Arc::clone(spill));
         }
-        let number = self.new_spill_number();
         let spill = if state.deleted {
+            let number = self.new_spill_number();
             let path = self.spill_dir.path().join(format!("unlinked-{number}"));
             let spill = File::options()
                 .read(true)
@@ -244,8 +244,13 @@ impl Inner {
             spill
         } else {
             let header = durable::Header::of(&file.target, state);
-            let (spill, log) = durable::create(self.spill_dir.path(), number, header)
-                .map_err(|source| WriteError::Spill { source })?;
+            let (spill, log) = durable::create(
+                self.spill_dir.path(),
+                &self.spares,
+                || self.new_spill_number(),
+                header,
+            )
+            .map_err(|source| WriteError::Spill { source })?;
             state.log = Some(log);
             if !state.metadata.is_empty() {
                 durable::log_metadata(state);

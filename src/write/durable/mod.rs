@@ -25,8 +25,10 @@
 //! A truncate is recorded *before* the spill file is cut: a kill in between leaves the state
 //! after the truncate, never bytes dropped under extents that still claim them.
 //!
-//! A commit that leaves the file clean removes its directory (log first: a `data` without a log
-//! is known garbage); the next change starts a new one with a new header. A commit that lands
+//! A commit that leaves the file clean lets go of its directory: emptied, log first, and kept
+//! as a spare for another file's first change ([`spare`]: an empty log is what recovery drops
+//! as torn), or removed (log first: a `data` without a log is known garbage); the next change
+//! starts a new one with a new header. A commit that lands
 //! while writes raced it, or while a write is still putting bytes in (`writers`), appends a
 //! commit record instead (the new base; whether the extents were cleared). A file deleted or
 //! replaced ([`super::WriteEngine::forget`]) loses its directory at once; its bytes live on,
@@ -47,6 +49,7 @@
 mod landed;
 mod record;
 mod recover;
+mod spare;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -61,6 +64,7 @@ use super::file::State;
 pub(super) use landed::check_base;
 pub(super) use record::{Header, Record, Snapshot};
 pub(super) use recover::recover;
+pub(super) use spare::Spares;
 
 /// The kind of the spill directories.
 pub(super) const KIND: &str = "msfs-spill";
@@ -145,41 +149,69 @@ fn at(path: &Path, error: io::Error) -> io::Error {
     io::Error::new(error.kind(), format!("{}: {error}", path.display()))
 }
 
-/// Creates a file's spill directory `<spill_dir>/<number>` with an empty `data` and a log
-/// holding `header`. Returns the data file and the log.
+/// Gives a file its spill directory: a spare made ahead of need when one is ready, else
+/// `<spill_dir>/<new_number()>` made now, with an empty `data` and a log holding `header`.
+/// Returns the data file and the log.
 pub(super) fn create(
     spill_dir: &Path,
-    number: u64,
+    spares: &Spares,
+    new_number: impl FnOnce() -> u64,
     header: Header,
 ) -> io::Result<(File, SpillLog)> {
-    let dir = spill_dir.join(number.to_string());
-    std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
-    let made = (|| {
-        let path = dir.join(DATA);
-        let data = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| at(&path, e))?;
-        let path = dir.join(LOG);
-        File::options()
-            .append(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| at(&path, e))?;
-        let mut log = SpillLog {
-            dir: dir.clone(),
-            len: 0,
-            broken: false,
-        };
-        log.append(&Record::Header(header))?;
-        Ok((data, log))
-    })();
-    if made.is_err() {
-        let _ = std::fs::remove_dir_all(&dir);
+    let spare = spares.take().and_then(|dir| {
+        // Gone (removed by hand?): made afresh below.
+        match open_data(&dir, false) {
+            Ok(data) => Some((dir, data)),
+            Err(_) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                None
+            }
+        }
+    });
+    let (dir, data) = match spare {
+        Some(spare) => spare,
+        None => {
+            let dir = spill_dir.join(new_number().to_string());
+            std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
+            let made = open_data(&dir, true).and_then(|data| {
+                let path = dir.join(LOG);
+                File::options()
+                    .append(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| at(&path, e))?;
+                Ok(data)
+            });
+            match made {
+                Ok(data) => (dir, data),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+            }
+        }
+    };
+    let mut log = SpillLog {
+        dir,
+        len: 0,
+        broken: false,
+    };
+    if let Err(e) = log.append(&Record::Header(header)) {
+        let _ = std::fs::remove_dir_all(&log.dir);
+        return Err(e);
     }
-    made
+    Ok((data, log))
+}
+
+/// The `data` file of spill directory `dir`, made now (`new`) or found empty there (a spare).
+fn open_data(dir: &Path, new: bool) -> io::Result<File> {
+    let path = dir.join(DATA);
+    File::options()
+        .read(true)
+        .write(true)
+        .create_new(new)
+        .open(&path)
+        .map_err(|e| at(&path, e))
 }
 
 /// Removes a file's spill directory: the log first (a `data` alone is known garbage).
@@ -212,24 +244,37 @@ pub(super) struct Leftover {
 }
 
 impl Leftover {
-    /// Removes the directory and closes the files off the async runtime: closing a large spill
-    /// file frees its blocks, which takes the local filesystem a while.
-    pub fn dispose(self) {
-        if self.spill.is_none() && self.log.is_none() {
+    /// Lets go of the directory and closes the files off the async runtime: closing a large
+    /// spill file frees its blocks, which takes the local filesystem a while. A directory whose
+    /// data this was the last descriptor of becomes a spare (`spares`), else it is removed.
+    pub fn dispose(self, spares: &Spares) {
+        let Leftover { spill, log } = self;
+        let Some(log) = log else {
+            if let Some(spill) = spill {
+                drop_off_runtime(move || drop(spill));
+            }
             return;
-        }
-        let work = move || {
-            if let Some(log) = &self.log {
+        };
+        let recycler = spares.recycler();
+        drop_off_runtime(move || {
+            // Another clone (a read in flight) may still read it: not emptied under it.
+            let recycled = spill
+                .and_then(|spill| Arc::try_unwrap(spill).ok())
+                .is_some_and(|data| recycler.recycle(log.dir(), data));
+            if !recycled {
                 remove_dir(log.dir());
             }
-            drop(self);
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(work);
-            }
-            Err(_) => work(),
+        });
+    }
+}
+
+/// Runs `work` (file I/O, closing files) on the blocking pool when called on the runtime.
+fn drop_off_runtime(work: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(work);
         }
+        Err(_) => work(),
     }
 }
 

@@ -234,7 +234,7 @@ fn rebuild(inner: &Inner, adopted: Adopted) -> Option<Arc<DirtyFile>> {
             spill: None,
             log: Some(log),
         }
-        .dispose();
+        .dispose(&inner.spares);
         return None;
     }
     let file = Arc::new(DirtyFile::new(target, replayed.now.base));

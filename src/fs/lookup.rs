@@ -143,6 +143,26 @@ impl Fs {
         }
     }
 
+    /// [`Fs::getattr`] of a directory whose attributes need no store request, answered on the
+    /// caller's thread (a FUSE worker's): the kernel asks for a directory's attributes again
+    /// after every create or unlink in it, before the next path walk through it. `None` for a
+    /// file, or a directory whose POSIX metadata must be read first: then call `getattr`.
+    pub fn getattr_now(&self, ino: u64) -> Option<Result<Attr>> {
+        let node = match self.node(ino) {
+            Ok(node) => node,
+            Err(e) => return Some(Err(e)),
+        };
+        if !node.is_dir() {
+            return None;
+        }
+        if let Some(backend) = &node.backend
+            && !self.posix_known(&backend.settings(), &node.path, true)
+        {
+            return None;
+        }
+        Some(Ok(self.attr_of(&node)))
+    }
+
     /// Attributes of `ino`; a file's are re-read from the store once they are older than the TTL.
     pub async fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.refreshed(ino).await?;

@@ -773,3 +773,58 @@ async fn meta_ops_a_directory_without_a_marker_costs_no_marker_head() {
         "the probe's HEAD of `d` only"
     );
 }
+
+/// A directory's attributes known without a store request are answered on the caller's thread
+/// (`getattr_now`), the same as `getattr` says; a file's, and a directory's whose metadata
+/// must be read first, are not.
+#[tokio::test]
+async fn meta_ops_a_directorys_known_attributes_are_answered_without_waiting() {
+    let store = TestStore::ram();
+    store
+        .put("implicit/x", Bytes::from_static(b"x"))
+        .await
+        .expect("put");
+    for posix_metadata in [false, true] {
+        let m = mount(&store, posix_metadata);
+        let now = |ino| m.fs.getattr_now(ino).map(|attr| attr.expect("attr"));
+        assert_eq!(
+            now(ROOT_INO),
+            Some(m.fs.getattr(ROOT_INO).await.expect("root"))
+        );
+        let data = resolve(&m.fs, "data").await.expect("data");
+        let creator = Creator {
+            uid: 7,
+            gid: 8,
+            perm: 0o750,
+        };
+        let name = format!("made-{posix_metadata}");
+        let d =
+            m.fs.mkdir_as(data.ino, &name, Some(creator))
+                .await
+                .expect("mkdir");
+        let attr = now(d.ino).expect("known since its mkdir");
+        assert_eq!(attr, m.fs.getattr(d.ino).await.expect("getattr"));
+        if posix_metadata {
+            assert_eq!((attr.perm, attr.uid, attr.gid), (0o750, 7, 8));
+        }
+        let (f, _fh) = m.fs.create_as(data.ino, "f", None).await.expect("create");
+        assert_eq!(now(f.ino), None, "a file's go the async way");
+        assert!(matches!(
+            m.fs.getattr_now(u64::MAX),
+            Some(Err(FsError::UnknownInode(_)))
+        ));
+    }
+
+    // A fresh mount that has not read the implicit directory's metadata yet (posix_metadata:
+    // a HEAD of its marker) leaves it to `getattr`; once read, it is known.
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let implicit = m.fs.lookup(data.ino, "implicit").await.expect("lookup");
+    m.fs.metadata.forget(store.id(), "implicit/");
+    assert_eq!(m.fs.getattr_now(implicit.ino).map(|a| a.is_ok()), None);
+    let attr = m.fs.getattr(implicit.ino).await.expect("getattr");
+    assert_eq!(
+        m.fs.getattr_now(implicit.ino).map(|a| a.expect("attr")),
+        Some(attr)
+    );
+}

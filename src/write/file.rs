@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -29,6 +30,10 @@ use crate::store::{
 
 use super::durable::{self, Snapshot, SpillLog};
 use super::extents::Extents;
+
+/// Spill reads up to this size are tried in place on the calling (async) thread when the page
+/// cache holds them (`DirtyFile::read_spill_off_runtime`): the size of a small file's commit.
+const READ_IN_PLACE_MAX: u64 = 64 * 1024;
 
 /// Where a file is committed: which store, under which key, for which backend (metrics, logs).
 #[derive(Debug, Clone)]
@@ -374,15 +379,49 @@ impl DirtyFile {
     }
 
     /// `read_spill` on a blocking-pool thread: a slow or stalled local disk must not hold up the
-    /// async runtime's threads (and with them every other request of the process).
+    /// async runtime's threads (and with them every other request of the process). A small
+    /// range the page cache holds whole is read in place (`read_spill_cached`): the hop to the
+    /// blocking pool and back costs more than such a read (a small file's commit reads all of
+    /// it that way, just after it was written).
     pub(super) async fn read_spill_off_runtime(
         spill: Arc<File>,
         range: Range<u64>,
     ) -> Result<Vec<u8>, super::WriteError> {
+        if range.end - range.start <= READ_IN_PLACE_MAX
+            && let Some(bytes) = Self::read_spill_cached(&spill, range.clone())
+        {
+            return Ok(bytes);
+        }
         tokio::task::spawn_blocking(move || Self::read_spill(&spill, range))
             .await
             .map_err(|_| super::WriteError::Internal("a spill read task panicked"))?
             .map_err(|source| super::WriteError::Spill { source })
+    }
+
+    /// `read_spill`, if the page cache holds all of `range`: `preadv2` with `RWF_NOWAIT`, which
+    /// returns what is cached and never waits for the disk. `None` as soon as any of it would
+    /// (or the kernel cannot tell): then read it on the blocking pool.
+    fn read_spill_cached(spill: &File, range: Range<u64>) -> Option<Vec<u8>> {
+        let mut buf = vec![0; (range.end - range.start) as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            let iov = libc::iovec {
+                iov_base: rest.as_mut_ptr().cast(),
+                iov_len: rest.len(),
+            };
+            let offset = libc::off_t::try_from(range.start + done as u64).ok()?;
+            // SAFETY: `iov` points at `rest`, which is valid for writes of its length and
+            // outlives the call; the descriptor is `spill`'s, open for the whole call.
+            let read =
+                unsafe { libc::preadv2(spill.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+            match read {
+                0 => break, // past the spill file's end: the rest stays zero
+                n if n > 0 => done += n as usize,
+                _ => return None, // EAGAIN: not cached; EOPNOTSUPP, EINTR: ask the pool
+            }
+        }
+        Some(buf)
     }
 
     /// Reads `range` of the spill file; short only if the spill file is (a hole reads as zeros).
@@ -398,5 +437,43 @@ impl DirtyFile {
             }
         }
         Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_spill_read_in_place_or_on_the_pool_returns_the_bytes_and_zeros_past_the_end() {
+        let spill = tempfile::tempfile().expect("spill");
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        spill.write_all_at(&bytes, 100).expect("write");
+        let spill = Arc::new(spill);
+        let mut expected = vec![0; 100];
+        expected.extend_from_slice(&bytes);
+        expected.resize(6000, 0);
+
+        // Just written: in the page cache, read in place (where the kernel can tell).
+        if let Some(read) = DirtyFile::read_spill_cached(&spill, 0..6000) {
+            assert_eq!(read, expected, "in place: a hole and the end read as zeros");
+        }
+        for range in [0..6000, 50..150, 5090..5200, 7000..7100] {
+            let read = DirtyFile::read_spill_off_runtime(Arc::clone(&spill), range.clone())
+                .await
+                .expect("read");
+            let want: Vec<u8> = (range.start..range.end)
+                .map(|i| expected.get(i as usize).copied().unwrap_or(0))
+                .collect();
+            assert_eq!(read, want, "{range:?}");
+        }
+        // Past the in-place bound: the blocking pool, same bytes.
+        let large = READ_IN_PLACE_MAX + 1;
+        let read = DirtyFile::read_spill_off_runtime(Arc::clone(&spill), 0..large)
+            .await
+            .expect("read");
+        assert_eq!(read.len() as u64, large);
+        assert_eq!(&read[..6000], &expected[..]);
+        assert!(read[6000..].iter().all(|b| *b == 0));
     }
 }

@@ -12,6 +12,14 @@ use super::listing::{self, ChildKind, FileMeta, valid_name};
 use super::manifest_listing;
 use super::{Attr, Backend, Fs, FsError, Kind, ROOT_INO, Result, lock, pending_kind};
 
+/// What a name is by what this process knows already ([`Fs::resolve_known`]).
+enum Known {
+    Found(ChildKind),
+    Missing,
+    /// Only the manifest or the store can say.
+    Ask,
+}
+
 impl Fs {
     pub fn attr_of(&self, node: &Node) -> Attr {
         let attr = self.default_attr_of(node);
@@ -66,6 +74,22 @@ impl Fs {
         Ok(self.attr_of(&node))
     }
 
+    /// [`Fs::lookup`] of a name known to be absent without a store request (see
+    /// [`Fs::resolve_known`]), answered on the caller's thread (a FUSE worker's): every create
+    /// looks its name up first. `None` when only `lookup` can say.
+    pub fn lookup_missing_now(&self, parent: u64, name: &str) -> Option<FsError> {
+        let dir = self.node(parent).ok().filter(Node::is_dir)?;
+        let backend = dir.backend.clone()?;
+        match self.resolve_known(&dir, &backend, name) {
+            Ok(Known::Missing) => {
+                self.remember_missing(dir.ino, name);
+                Some(FsError::NotFound)
+            }
+            Err(e) => Some(e),
+            Ok(Known::Found(_) | Known::Ask) => None,
+        }
+    }
+
     /// What `name` in directory `dir` (of `backend`) is, without taking a kernel reference: a
     /// file being written, else what the listing snapshot or the store says.
     pub(super) async fn resolve(
@@ -74,6 +98,33 @@ impl Fs {
         backend: Arc<Backend>,
         name: &str,
     ) -> Result<(Arc<Backend>, String, ChildKind)> {
+        let path = listing::child_path(&dir.path, name);
+        let settings = backend.settings();
+        let kind = match self.resolve_known(dir, &backend, name)? {
+            Known::Found(kind) => Some(kind),
+            Known::Missing => None,
+            Known::Ask => match &settings.manifest {
+                Some(manifest) => manifest_listing::lookup(manifest, &dir.path, name)
+                    .await
+                    .map_err(|e| Self::manifest_error(&backend, e))?,
+                None => self
+                    .probe(&settings, &path)
+                    .await
+                    .map_err(|e| Self::store_error(&backend, e))?,
+            },
+        };
+        let Some(kind) = kind else {
+            self.remember_missing(dir.ino, name);
+            return Err(FsError::NotFound);
+        };
+        Ok((backend, path, kind))
+    }
+
+    /// What this process knows of `name` in directory `dir` (of `backend`) without asking the
+    /// manifest or the store, in the order the sources rank: an unlinked file still open, a
+    /// file being written, a fresh listing snapshot, a name just found missing or a directory
+    /// known to hold only what this mount made.
+    fn resolve_known(&self, dir: &Node, backend: &Backend, name: &str) -> Result<Known> {
         if name.len() > listing::NAME_MAX {
             return Err(FsError::NameTooLong);
         }
@@ -93,33 +144,25 @@ impl Fs {
                 let known = inodes.child(dir.ino, name).and_then(|ino| inodes.get(ino));
                 known.and_then(|node| node.kind.owner())
             };
-            return Ok((backend, path, pending_kind(file.meta(), owner)));
+            return Ok(Known::Found(pending_kind(file.meta(), owner)));
         }
         // A listing may have caught a file this mount wrote while it was being written (an
         // early size); until the TTL has passed since, only the store knows its version.
         let listing = self
             .fresh_listing(dir.ino)
             .filter(|_| !self.recently_written(settings.store.id(), &key));
-        let kind = match (listing, &settings.manifest) {
-            (Some((children, _)), _) => children.get(name).cloned(),
-            (None, Some(manifest)) => manifest_listing::lookup(manifest, &dir.path, name)
-                .await
-                .map_err(|e| Self::manifest_error(&backend, e))?,
-            (None, None)
-                if self.recently_missing(dir.ino, name) || self.known_absent(dir.ino, name) =>
+        Ok(match listing {
+            Some((children, _)) => match children.get(name) {
+                Some(kind) => Known::Found(kind.clone()),
+                None => Known::Missing,
+            },
+            None if settings.manifest.is_none()
+                && (self.recently_missing(dir.ino, name) || self.known_absent(dir.ino, name)) =>
             {
-                None
+                Known::Missing
             }
-            (None, None) => self
-                .probe(&settings, &path)
-                .await
-                .map_err(|e| Self::store_error(&backend, e))?,
-        };
-        let Some(kind) = kind else {
-            self.remember_missing(dir.ino, name);
-            return Err(FsError::NotFound);
-        };
-        Ok((backend, path, kind))
+            None => Known::Ask,
+        })
     }
 
     fn is_unlinked(&self, store_id: &str, key: &str) -> bool {

@@ -915,3 +915,47 @@ async fn a_backends_max_key_bytes_bounds_the_keys_its_names_make() {
             .expect("the 12-byte name");
     assert_eq!(made.kind, Kind::File);
 }
+
+/// A name known absent is answered on the caller's thread (`lookup_missing_now`), exactly when
+/// `lookup` would say so without asking the store; anything else is left to `lookup`.
+#[tokio::test]
+async fn a_name_known_absent_is_answered_without_waiting() {
+    let f = writable(&[("d/here", b"1")]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let missing = |dir: u64, name: &str| f.fs.lookup_missing_now(dir, name);
+
+    // Nothing known of the name yet: only the store can say.
+    assert!(missing(data.ino, "never-seen").is_none());
+    assert!(matches!(
+        f.fs.lookup(data.ino, "never-seen").await,
+        Err(FsError::NotFound)
+    ));
+    assert!(
+        matches!(missing(data.ino, "never-seen"), Some(FsError::NotFound)),
+        "just found missing"
+    );
+
+    // A fresh listing says what is there and what is not.
+    assert_eq!(ls(&f.fs, "data/d").await, ["here"]);
+    let d = resolve(&f.fs, "data/d").await.expect("d");
+    assert!(missing(d.ino, "here").is_none(), "listed: lookup takes it");
+    assert!(matches!(missing(d.ino, "absent"), Some(FsError::NotFound)));
+
+    // A file being written is there, listed or not.
+    let (_, fh) = f.fs.create_as(d.ino, "new", None).await.expect("create");
+    assert!(missing(d.ino, "new").is_none());
+    f.fs.release(fh).await;
+
+    assert!(matches!(
+        missing(d.ino, &"n".repeat(300)),
+        Some(FsError::NameTooLong)
+    ));
+    assert!(
+        missing(u64::MAX, "x").is_none(),
+        "an unknown directory: lookup says"
+    );
+    assert!(
+        missing(ROOT_INO, "data").is_none(),
+        "the root's names are the backends"
+    );
+}

@@ -550,6 +550,13 @@ impl Filesystem for FuseAdapter {
             Ok(name) => name,
             Err(errno) => return reply.error(errno),
         };
+        // A name known absent, from memory: no hop to the runtime (`Fs::lookup_missing_now`).
+        let started = Instant::now();
+        if let Some(e) = self.fs.lookup_missing_now(parent.0, &name) {
+            reply.error(errno(&self.fs, "lookup", parent, &e));
+            self.fs.metrics().fuse_request("lookup", started.elapsed());
+            return;
+        }
         self.spawn("lookup", parent, req, move |fs| async move {
             match fs.lookup(parent.0, &name).await {
                 Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
@@ -565,14 +572,13 @@ impl Filesystem for FuseAdapter {
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         // A directory's, from memory: no hop to the runtime (see `Fs::getattr_now`).
         let started = Instant::now();
-        match self.fs.getattr_now(ino.0) {
-            Some(Ok(attr)) => {
-                reply.attr(&self.fs.ttl(), &file_attr(&attr));
-                self.fs.metrics().fuse_request("getattr", started.elapsed());
-                return;
+        if let Some(attr) = self.fs.getattr_now(ino.0) {
+            match attr {
+                Ok(attr) => reply.attr(&self.fs.ttl(), &file_attr(&attr)),
+                Err(e) => reply.error(errno(&self.fs, "getattr", ino, &e)),
             }
-            Some(Err(e)) => return reply.error(errno(&self.fs, "getattr", ino, &e)),
-            None => {}
+            self.fs.metrics().fuse_request("getattr", started.elapsed());
+            return;
         }
         self.spawn("getattr", ino, req, move |fs| async move {
             match fs.getattr(ino.0).await {

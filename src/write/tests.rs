@@ -905,3 +905,71 @@ async fn an_open_racing_the_release_of_the_last_handle_gets_the_file_stat_sees()
         );
     }
 }
+
+/// The spill directories made ahead of need that a file would take: those with an empty log.
+fn spares_of(engine: &WriteEngine) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(engine.inner.spill_dir.path())
+        .expect("list")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|dir| std::fs::metadata(dir.join("log")).is_ok_and(|m| m.len() == 0))
+        .collect()
+}
+
+#[tokio::test]
+async fn files_take_spill_directories_made_ahead_and_broken_ones_are_replaced() {
+    let f = fixture(64 * MIB, 1 << 30);
+    for _ in 0..3000 {
+        if !spares_of(&f.engine).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let spares = spares_of(&f.engine);
+    assert!(!spares.is_empty(), "spares are made");
+
+    let first = f.engine.create(f.target("first")).await;
+    f.engine.write(&first, 0, b"one").await.expect("write");
+    let dir = first
+        .state()
+        .log
+        .as_ref()
+        .expect("a log")
+        .dir()
+        .to_path_buf();
+    assert!(
+        spares.contains(&dir),
+        "{dir:?} is one of the spares {spares:?}"
+    );
+    f.engine.commit(&first).await.expect("commit");
+    assert_eq!(f.stored("first").as_deref(), Some(&b"one"[..]));
+
+    // Spares broken by hand (their logs removed): the oldest is taken first, dropped, and
+    // the file gets a new directory.
+    let broken = spares_of(&f.engine);
+    for spare in &broken {
+        std::fs::remove_file(spare.join("log")).expect("break a spare");
+    }
+    let second = f.engine.create(f.target("second")).await;
+    f.engine
+        .write(&second, 0, b"two")
+        .await
+        .expect("write despite broken spares");
+    let dir = second
+        .state()
+        .log
+        .as_ref()
+        .expect("a log")
+        .dir()
+        .to_path_buf();
+    assert!(
+        !broken.contains(&dir),
+        "a new directory, not a broken spare"
+    );
+    assert!(
+        broken.iter().any(|spare| !spare.exists()),
+        "the broken spare taken was dropped"
+    );
+    f.engine.commit(&second).await.expect("commit");
+    assert_eq!(f.stored("second").as_deref(), Some(&b"two"[..]));
+}

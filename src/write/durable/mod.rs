@@ -158,60 +158,49 @@ pub(super) fn create(
     new_number: impl FnOnce() -> u64,
     header: Header,
 ) -> io::Result<(File, SpillLog)> {
-    let spare = spares.take().and_then(|dir| {
-        // Gone (removed by hand?): made afresh below.
-        match open_data(&dir, false) {
-            Ok(data) => Some((dir, data)),
-            Err(_) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                None
+    let header = Record::Header(header);
+    if let Some(spare) = spares.take() {
+        match headed(spare.clone(), false, &header) {
+            Ok(made) => return Ok(made),
+            // Gone or broken (removed by hand?): dropped, and a new one made below.
+            Err(e) => {
+                tracing::debug!(path = %spare.display(), error = %e, "dropping a spare spill directory");
+                let _ = std::fs::remove_dir_all(&spare);
             }
         }
-    });
-    let (dir, data) = match spare {
-        Some(spare) => spare,
-        None => {
-            let dir = spill_dir.join(new_number().to_string());
-            std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
-            let made = open_data(&dir, true).and_then(|data| {
-                let path = dir.join(LOG);
-                File::options()
-                    .append(true)
-                    .create_new(true)
-                    .open(&path)
-                    .map_err(|e| at(&path, e))?;
-                Ok(data)
-            });
-            match made {
-                Ok(data) => (dir, data),
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(e);
-                }
-            }
-        }
-    };
+    }
+    let dir = spill_dir.join(new_number().to_string());
+    std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
+    headed(dir.clone(), true, &header).inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+}
+
+/// Opens spill directory `dir`'s `data` and appends `header` to its `log`, both made now
+/// (`new`) or found empty there (a spare).
+fn headed(dir: PathBuf, new: bool, header: &Record) -> io::Result<(File, SpillLog)> {
+    let path = dir.join(DATA);
+    let data = File::options()
+        .read(true)
+        .write(true)
+        .create_new(new)
+        .open(&path)
+        .map_err(|e| at(&path, e))?;
+    if new {
+        let path = dir.join(LOG);
+        File::options()
+            .append(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| at(&path, e))?;
+    }
     let mut log = SpillLog {
         dir,
         len: 0,
         broken: false,
     };
-    if let Err(e) = log.append(&Record::Header(header)) {
-        let _ = std::fs::remove_dir_all(&log.dir);
-        return Err(e);
-    }
+    log.append(header)?;
     Ok((data, log))
-}
-
-/// The `data` file of spill directory `dir`, made now (`new`) or found empty there (a spare).
-fn open_data(dir: &Path, new: bool) -> io::Result<File> {
-    let path = dir.join(DATA);
-    File::options()
-        .read(true)
-        .write(true)
-        .create_new(new)
-        .open(&path)
-        .map_err(|e| at(&path, e))
 }
 
 /// Removes a file's spill directory: the log first (a `data` alone is known garbage).

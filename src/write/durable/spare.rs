@@ -13,6 +13,7 @@
 //! and two creations (freeing and allocating inodes is most of what a small file costs the
 //! local disk).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -61,7 +62,8 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct Ready {
-    spares: Vec<PathBuf>,
+    /// Oldest first: taken in the order made (or taken back).
+    spares: VecDeque<PathBuf>,
     stopped: bool,
 }
 
@@ -98,7 +100,7 @@ impl Spares {
     /// A made spill directory, if one is ready: it holds an empty `data` and an empty `log`.
     pub fn take(&self) -> Option<PathBuf> {
         let mut ready = self.shared.ready();
-        let taken = ready.spares.pop();
+        let taken = ready.spares.pop_front();
         if taken.is_some() && !ready.stopped {
             self.shared.wake.notify_one();
         }
@@ -135,7 +137,7 @@ impl Spares {
         if let Some(maker) = maker {
             let _ = maker.join();
         }
-        std::mem::take(&mut self.shared.ready().spares)
+        std::mem::take(&mut self.shared.ready().spares).into()
     }
 }
 
@@ -170,7 +172,7 @@ impl Shared {
             match make(&dir) {
                 Ok(()) => {
                     let mut ready = self.ready();
-                    ready.spares.push(dir);
+                    ready.spares.push_back(dir);
                     if ready.stopped {
                         return; // `stop` removes it
                     }
@@ -214,7 +216,7 @@ impl Recycler {
         if ready.stopped || ready.spares.len() >= KEPT {
             return false;
         }
-        ready.spares.push(dir.to_path_buf());
+        ready.spares.push_back(dir.to_path_buf());
         true
     }
 }

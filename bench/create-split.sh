@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Where a small file's time goes (issue #21, meta-create): FILES files of 8 bytes created one
+# after the other by one thread (`open(O_CREAT|O_TRUNC)`, `write`, `close`), each in a new
+# directory of a fresh msfs mount with `flush_on_close: true` (close returns once the object is
+# stored), over a local garage. Prints the mean milliseconds of the open, the write and the
+# close per file for each run, and the raw client's PutObject of the same files one at a time
+# (`raw_read put-objects`), the floor.
+#
+#   bench/create-split.sh [RUNS] [FILES]                         defaults: 3, 300
+#   MSFS_B=<other msfs> bench/create-split.sh ...                the two builds, alternating
+#
+# MSFS (or the release build) is "a", MSFS_B "b". Needs root (FUSE), garage (scripts/
+# install-test-deps.sh) and the raw client (`cargo build --release --example raw_read`). Runs in
+# a temp dir, removed at the end; stops only the processes it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-3}
+FILES=${2:-300}
+RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
+[ -x "$RAW" ] || { echo "no raw client at $RAW: cargo build --release --example raw_read" >&2; exit 2; }
+# shellcheck source=bench/scratch.sh
+. bench/scratch.sh create-split
+BUILDS=("a=$MSFS")
+[ -z "${MSFS_B:-}" ] || BUILDS+=("b=$MSFS_B")
+
+export MSFS_S3_PORT=${MSFS_S3_PORT:-39300}
+stop_server() { bash scripts/local-s3.sh stop "$WORK/s3" >/dev/null 2>&1 || true; cleanup; }
+trap stop_server EXIT
+bash scripts/local-s3.sh start "$WORK/s3" split >/dev/null
+# shellcheck disable=SC1091
+source "$WORK/s3/env"
+mkdir -p "$M" "$WORK/cache"
+cat > "$WORK/msfs.yaml" <<YAML
+msfs_version: 1
+cache_dir_path: $WORK/cache
+backends:
+  - dir_name: b
+    backend_type: S3
+    bucket_container_name: split
+    readonly: false
+    flush_on_close: true
+    S3:
+      endpoint: $AWS_ENDPOINT
+      region: us-east-1
+      access_key_id: \${AWS_ACCESS_KEY_ID}
+      secret_access_key: \${AWS_SECRET_ACCESS_KEY}
+YAML
+
+create() {
+    python3 - "$1" "$FILES" <<'PY'
+import os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(d)
+spent = [0.0, 0.0, 0.0]
+for i in range(n):
+    a = time.perf_counter()
+    fd = os.open(f"{d}/f{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    b = time.perf_counter()
+    os.write(fd, b"file %02d\n" % (i % 100))
+    c = time.perf_counter()
+    os.close(fd)
+    e = time.perf_counter()
+    for k, t in enumerate((b - a, c - b, e - c)):
+        spent[k] += t
+o, w, c = (t / n * 1e3 for t in spent)
+print(f"open {o:.3f}  write {w:.3f}  close {c:.3f}  total {o + w + c:.3f} ms per file")
+PY
+}
+
+for run in $(seq "$RUNS"); do
+    for build in "${BUILDS[@]}"; do
+        name=${build%%=*} bin=${build#*=}
+        "$bin" mount "$WORK/msfs.yaml" "$M" > "$WORK/daemon-$name-$run.log" 2>&1 &
+        DAEMON=$!
+        for _ in $(seq 100); do grep -qs " $M " /proc/self/mounts && break; sleep 0.1; done
+        echo -n "run $run msfs $name: "
+        create "$M/b/$name-$run"
+        umount "$M"
+        wait "$DAEMON" || true
+        DAEMON=""
+    done
+    seconds=$("$RAW" --endpoint "$AWS_ENDPOINT" --bucket split put-objects --prefix "raw-$run/" \
+        --count "$FILES" --size 8 --concurrency 1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["seconds"])')
+    python3 -c "print(f'run $run raw PutObject: {$seconds / $FILES * 1e3:.3f} ms per file')"
+done

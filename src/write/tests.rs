@@ -916,6 +916,12 @@ fn spares_of(engine: &WriteEngine) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// The spill directory `file` writes into.
+fn spill_dir_of(file: &DirtyFile) -> std::path::PathBuf {
+    let state = file.state();
+    state.log.as_ref().expect("a log").dir().to_path_buf()
+}
+
 #[tokio::test]
 async fn files_take_spill_directories_made_ahead_and_broken_ones_are_replaced() {
     let f = fixture(64 * MIB, 1 << 30);
@@ -930,13 +936,7 @@ async fn files_take_spill_directories_made_ahead_and_broken_ones_are_replaced() 
 
     let first = f.engine.create(f.target("first")).await;
     f.engine.write(&first, 0, b"one").await.expect("write");
-    let dir = first
-        .state()
-        .log
-        .as_ref()
-        .expect("a log")
-        .dir()
-        .to_path_buf();
+    let dir = spill_dir_of(&first);
     assert!(
         spares.contains(&dir),
         "{dir:?} is one of the spares {spares:?}"
@@ -955,13 +955,7 @@ async fn files_take_spill_directories_made_ahead_and_broken_ones_are_replaced() 
         .write(&second, 0, b"two")
         .await
         .expect("write despite broken spares");
-    let dir = second
-        .state()
-        .log
-        .as_ref()
-        .expect("a log")
-        .dir()
-        .to_path_buf();
+    let dir = spill_dir_of(&second);
     assert!(
         !broken.contains(&dir),
         "a new directory, not a broken spare"

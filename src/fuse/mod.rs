@@ -2,11 +2,13 @@
 //!
 //! fuser runs a few worker threads reading /dev/fuse. A worker never waits on the network: every
 //! request that may reach the store is handed, with its reply object, to a tokio task, and the
-//! worker goes back to read the next request. The one exception is a write that needs no
-//! waiting: all workers but one may put its bytes into the spill file themselves and answer
-//! ([`FuseAdapter::write_inline`]). While a request waits for its answer it is in the
-//! session's in-flight table, which the no-progress watchdog ([`watchdog`]) sweeps. Every error
-//! reply is logged and counted in one place ([`errno`], [`refused`]).
+//! worker goes back to read the next request. What needs neither the store nor waiting is
+//! answered by the worker itself: a lookup of a name known absent, a directory's attributes
+//! known already, and a write the dirty bound has room for (all workers but one may put its
+//! bytes into the spill file at once: [`FuseAdapter::write_inline`]). While a request waits for
+//! its answer it is in the session's in-flight table, which the no-progress watchdog
+//! ([`watchdog`]) sweeps. Every error reply is logged and counted in one place ([`errno`],
+//! [`refused`]).
 
 mod resend;
 mod watchdog;

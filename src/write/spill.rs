@@ -225,8 +225,9 @@ impl Inner {
     }
 
     /// The file's spill file, created on first use (in a directory made ahead of need, when one
-    /// is ready): with its log, headed by the state as it is now (`durable`); for a deleted file, which is never committed, unnamed at once, so it
-    /// lives exactly as long as the file needs it, crash or not.
+    /// is ready): with its log, headed by the state as it is now (`durable`); for a deleted
+    /// file, which is never committed, unnamed at once, so it lives exactly as long as the file
+    /// needs it, crash or not.
     fn ensure_spill(&self, file: &DirtyFile, state: &mut State) -> Result<Arc<File>, WriteError> {
         if let Some(spill) = &state.spill {
             return Ok(Arc::clone(spill));

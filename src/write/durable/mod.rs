@@ -28,8 +28,8 @@
 //! A commit that leaves the file clean lets go of its directory: emptied, log first, and kept
 //! as a spare for another file's first change ([`spare`]: an empty log is what recovery drops
 //! as torn), or removed (log first: a `data` without a log is known garbage); the next change
-//! starts a new one with a new header. A commit that lands
-//! while writes raced it, or while a write is still putting bytes in (`writers`), appends a
+//! starts a new one with a new header. A commit that lands while writes raced it, or while a
+//! write is still putting bytes in (`writers`), appends a
 //! commit record instead (the new base; whether the extents were cleared). A file deleted or
 //! replaced ([`super::WriteEngine::forget`]) loses its directory at once; its bytes live on,
 //! unnamed, for the handles still open on it. A stranded file (its commit refused for good)
@@ -160,40 +160,32 @@ pub(super) fn create(
 ) -> io::Result<(File, SpillLog)> {
     let header = Record::Header(header);
     if let Some(spare) = spares.take() {
-        match headed(spare.clone(), false, &header) {
+        match headed(spare.clone(), &header) {
             Ok(made) => return Ok(made),
             // Gone or broken (removed by hand?): dropped, and a new one made below.
             Err(e) => {
-                tracing::debug!(path = %spare.display(), error = %e, "dropping a spare spill directory");
+                tracing::debug!(path = %spare.display(), error = %e,
+                    "dropping a spare spill directory");
                 let _ = std::fs::remove_dir_all(&spare);
             }
         }
     }
     let dir = spill_dir.join(new_number().to_string());
-    std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
-    headed(dir.clone(), true, &header).inspect_err(|_| {
+    spare::make(&dir)?;
+    headed(dir.clone(), &header).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&dir);
     })
 }
 
-/// Opens spill directory `dir`'s `data` and appends `header` to its `log`, both made now
-/// (`new`) or found empty there (a spare).
-fn headed(dir: PathBuf, new: bool, header: &Record) -> io::Result<(File, SpillLog)> {
+/// Opens the `data` of spill directory `dir`, made empty with its `log` (a spare, or
+/// `spare::make` just now), and appends `header` to the log.
+fn headed(dir: PathBuf, header: &Record) -> io::Result<(File, SpillLog)> {
     let path = dir.join(DATA);
     let data = File::options()
         .read(true)
         .write(true)
-        .create_new(new)
         .open(&path)
         .map_err(|e| at(&path, e))?;
-    if new {
-        let path = dir.join(LOG);
-        File::options()
-            .append(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| at(&path, e))?;
-    }
     let mut log = SpillLog {
         dir,
         len: 0,

@@ -222,7 +222,7 @@ impl Recycler {
 }
 
 /// Makes `dir` with an empty `data` and an empty `log`; on failure, leaves nothing.
-fn make(dir: &Path) -> io::Result<()> {
+pub(super) fn make(dir: &Path) -> io::Result<()> {
     std::fs::create_dir(dir).map_err(|e| at(dir, e))?;
     let made = [DATA, LOG].into_iter().try_for_each(|name| {
         let path = dir.join(name);

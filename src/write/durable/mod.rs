@@ -180,12 +180,7 @@ pub(super) fn create(
 /// Opens the `data` of spill directory `dir`, made empty with its `log` (a spare, or
 /// `spare::make` just now), and appends `header` to the log.
 fn headed(dir: PathBuf, header: &Record) -> io::Result<(File, SpillLog)> {
-    let path = dir.join(DATA);
-    let data = File::options()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| at(&path, e))?;
+    let data = open_data(&dir)?;
     let mut log = SpillLog {
         dir,
         len: 0,
@@ -193,6 +188,16 @@ fn headed(dir: PathBuf, header: &Record) -> io::Result<(File, SpillLog)> {
     };
     log.append(header)?;
     Ok((data, log))
+}
+
+/// The spill data file of directory `dir`, opened for reading and writing.
+fn open_data(dir: &Path) -> io::Result<File> {
+    let path = dir.join(DATA);
+    File::options()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| at(&path, e))
 }
 
 /// Removes a file's spill directory: the log first (a `data` alone is known garbage).

@@ -14,7 +14,7 @@ use crate::write::Inner;
 use crate::write::file::{AsRecovered, DirtyFile, Target};
 
 use super::record::{Parsed, Replayed, Snapshot, replay};
-use super::{DATA, KIND, LOG, Leftover, SpillLog, at, remove_dir, remove_file};
+use super::{DATA, KIND, LOG, Leftover, SpillLog, at, open_data, remove_dir, remove_file};
 
 /// One file a dead process left, found in its spill directory.
 #[derive(Debug)]
@@ -179,12 +179,7 @@ fn adopt(found: Found, target: Target, ours: &Path, number: u64) -> Option<Adopt
         return None;
     }
     let opened = (|| {
-        let path = dir.join(DATA);
-        let data = File::options()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| at(&path, e))?;
+        let data = open_data(&dir)?;
         let path = dir.join(LOG);
         File::options()
             .append(true)

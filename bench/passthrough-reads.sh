@@ -14,13 +14,14 @@
 #   bench/passthrough-reads.sh [RUNS] [SIZE_MIB] [FILES]      defaults: 5, 1024, 1000
 #
 # Needs root (FUSE, and CAP_SYS_ADMIN for passthrough), Linux 6.9 or later, and a built msfs
-# (release if there is one). Runs in a temp dir, removed at the end; stops only what it started.
+# (release if there is one; MSFS=<path> to measure another build). Runs in a temp dir, removed at
+# the end; stops only what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
 SIZE_MIB=${2:-1024}
 FILES=${3:-1000}
-MSFS=$PWD/target/release/msfs
+MSFS=${MSFS:-$PWD/target/release/msfs}
 [ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
 WORK=$(mktemp -d /tmp/msfs-passthrough.XXXXXX)
 MODES=(default per-inode passthrough)
@@ -39,8 +40,9 @@ trap cleanup EXIT
 mkdir -p "$WORK/store/small"
 head -c "$((SIZE_MIB << 20))" /dev/urandom > "$WORK/store/large"
 for i in $(seq "$FILES"); do head -c 65536 /dev/urandom > "$WORK/store/small/f$i"; done
-# Twice the data, in 1 MiB lines: a lent object may hold at most half the lines.
-LINES=$(( (SIZE_MIB + FILES / 16 + 1) * 2 ))
+# Twice what the objects take, in 1 MiB lines (a small file takes a line of its own): a lent
+# object may hold at most half the lines.
+LINES=$(( (SIZE_MIB + FILES + 1) * 2 ))
 # The passthrough mount's metrics, to show its opens were lent.
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 

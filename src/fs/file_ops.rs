@@ -9,10 +9,11 @@ use bytes::Bytes;
 
 use super::inode::Node;
 use super::kernel_state::Record;
+use super::listing::FileMeta;
 use super::passthrough::{HandleIo, OpenKind};
 use super::{
-    Backend, FileHandle, Fs, FsError, OpenIo, OpenMode, Opened, Result, SequentialDetector, lock,
-    pending_kind,
+    Backend, FileHandle, Fs, FsError, OpenIo, OpenMode, Opened, Result, SequentialDetector,
+    Unlinked, lock, pending_kind,
 };
 use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
@@ -25,15 +26,47 @@ impl Fs {
     /// of the same object version and nobody is writing it (see `passthrough`).
     pub async fn open(&self, ino: u64, mode: OpenMode) -> Result<Opened> {
         let node = self.refreshed(ino).await?;
-        let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
-            return Err(FsError::IsADirectory);
+        let (backend, _) = openable(&node, mode)?;
+        let written = if mode.write {
+            // A writer cannot join a lent inode.
+            if self.io_modes.lent(ino) {
+                return Err(self.supersede(ino));
+            }
+            let target = backend.settings().target(&backend.dir_name, &node.path);
+            let file = self.open_for_write(backend, target).await?;
+            self.began_writing(&node, &file);
+            Some(file)
+        } else {
+            None
         };
-        let settings = backend.settings();
-        if mode.write && settings.readonly {
-            return Err(FsError::ReadOnly {
-                backend: backend.dir_name.clone(),
-            });
+        self.open_handle(&node, mode, written)
+    }
+
+    /// `open` without waiting: a read-only open of a file whose metadata needs no store
+    /// request (`refreshed_now`), answered on the calling thread. `None` when only `open` can
+    /// answer: an open for writing (it asks the store for the object's version) or of a file
+    /// whose metadata is older than the TTL.
+    pub fn open_now(&self, ino: u64, mode: OpenMode) -> Option<Result<Opened>> {
+        if mode.write {
+            return None;
         }
+        Some(
+            self.refreshed_now(ino)?
+                .and_then(|node| self.open_handle(&node, mode, None)),
+        )
+    }
+
+    /// The handle of an open of `node`, refreshed already; `written` is the file a write open
+    /// writes (a read-only open reads the one being written there, if any).
+    fn open_handle(
+        &self,
+        node: &Node,
+        mode: OpenMode,
+        written: Option<Arc<DirtyFile>>,
+    ) -> Result<Opened> {
+        let ino = node.ino;
+        let (backend, meta) = openable(node, mode)?;
+        let settings = backend.settings();
         let key = settings.key_of(&node.path);
         let version = ObjectVersion {
             key: key.clone(),
@@ -41,18 +74,7 @@ impl Fs {
             size: meta.size,
         };
         let writes = &self.engines.writes;
-        // A writer cannot join a lent inode.
-        if mode.write && self.io_modes.lent(ino) {
-            return Err(self.supersede(ino));
-        }
-        let dirty = if mode.write {
-            let target = settings.target(&backend.dir_name, &node.path);
-            let file = self.open_for_write(backend, target).await?;
-            self.began_writing(&node, &file);
-            Some(file)
-        } else {
-            writes.find(settings.store.id(), &key)
-        };
+        let dirty = written.or_else(|| writes.find(settings.store.id(), &key));
         let keep_cache = {
             let mut inodes = lock(&self.inodes);
             let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
@@ -240,9 +262,16 @@ impl Fs {
     /// `flush_on_close` the last FLUSH has committed it already); an object unlinked while
     /// open is deleted once no handle of this mount has it open.
     pub async fn release(&self, fh: u64) {
-        let Some(handle) = lock(&self.files).remove(&fh) else {
-            return;
-        };
+        if let Some(doomed) = self.release_now(fh) {
+            self.delete_unlinked(doomed).await;
+        }
+    }
+
+    /// `release` but for the deletion of an object unlinked while open, which it returns for
+    /// `delete_unlinked` when this was the object's last handle. Needs a runtime context (a
+    /// commit is started as a task), not a runtime thread: nothing here waits.
+    pub fn release_now(&self, fh: u64) -> Option<Doomed> {
+        let handle = lock(&self.files).remove(&fh)?;
         self.journal(|| Record::Closed { fh });
         self.io_modes.close(handle.ino, &handle.io);
         if let (true, Some(file)) = (handle.writable, &handle.dirty) {
@@ -252,26 +281,47 @@ impl Fs {
         // Whether this was the last handle, and taking the unlinked record if so, happen under
         // the `unlinked` lock, which `unlink` holds while it checks for open handles and records
         // the name: so exactly one of the two deletes the object, never neither.
-        let doomed = {
-            let mut unlinked = lock(&self.unlinked);
-            let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
-            let id = (handle.store.id().to_string(), handle.version.key.clone());
-            match unlinked.get(&id) {
-                Some(u) if u.ino == handle.ino && !still_open => unlinked.remove(&id),
-                _ => None,
-            }
+        let mut unlinked = lock(&self.unlinked);
+        let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
+        let id = (handle.store.id().to_string(), handle.version.key.clone());
+        let unlinked = match unlinked.get(&id) {
+            Some(u) if u.ino == handle.ino && !still_open => unlinked.remove(&id)?,
+            _ => return None,
         };
-        if let Some(doomed) = doomed {
-            match doomed.settings.store.delete(&handle.version.key).await {
-                Ok(()) => {
-                    doomed
-                        .settings
-                        .record(&handle.backend, &doomed.path, Change::Deleted)
-                        .await
-                }
-                Err(e) => tracing::warn!(backend = %handle.backend, key = %handle.version.key,
-                    error = %e, "cannot delete a file unlinked while open"),
+        Some(Doomed { handle, unlinked })
+    }
+
+    /// Deletes an object unlinked while open, whose last handle `release_now` closed.
+    pub async fn delete_unlinked(&self, doomed: Doomed) {
+        let Doomed { handle, unlinked } = doomed;
+        match unlinked.settings.store.delete(&handle.version.key).await {
+            Ok(()) => {
+                (unlinked.settings)
+                    .record(&handle.backend, &unlinked.path, Change::Deleted)
+                    .await
             }
+            Err(e) => tracing::warn!(backend = %handle.backend, key = %handle.version.key,
+                error = %e, "cannot delete a file unlinked while open"),
         }
     }
+}
+
+/// An object unlinked while open whose last handle was released: to be deleted from the store
+/// (`Fs::delete_unlinked`).
+pub struct Doomed {
+    handle: Arc<FileHandle>,
+    unlinked: Unlinked,
+}
+
+/// The backend and metadata of `node` if it is a file `mode` may open.
+fn openable(node: &Node, mode: OpenMode) -> Result<(&Arc<Backend>, &FileMeta)> {
+    let (Some(backend), Some(meta)) = (&node.backend, node.file()) else {
+        return Err(FsError::IsADirectory);
+    };
+    if mode.write && backend.settings().readonly {
+        return Err(FsError::ReadOnly {
+            backend: backend.dir_name.clone(),
+        });
+    }
+    Ok((backend, meta))
 }

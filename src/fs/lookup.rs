@@ -226,42 +226,15 @@ impl Fs {
 
     /// The node, with a file's metadata confirmed by a HEAD if it is older than the TTL.
     pub(super) async fn refreshed(&self, ino: u64) -> Result<Node> {
+        if let Some(known) = self.refreshed_now(ino) {
+            return known;
+        }
         let node = self.node(ino)?;
         let (Some(backend), Some(_)) = (&node.backend, node.file()) else {
             return Ok(node);
         };
         let settings = backend.settings();
         let key = settings.key_of(&node.path);
-        if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
-            self.note_written(settings.store.id(), &key);
-            let mut inodes = lock(&self.inodes);
-            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
-            node.kind = pending_kind(file.meta(), node.kind.owner());
-            node.refreshed = Instant::now();
-            return Ok(node.clone());
-        }
-        // Unlinked while open: the store's object is the old one (or none), not this file any
-        // more. What the open handles hold is its content: a write handle's file, else the
-        // metadata it was opened with.
-        if self.is_unlinked(settings.store.id(), &key) {
-            let written = lock(&self.files)
-                .values()
-                .filter(|h| h.ino == ino)
-                .find_map(|h| h.dirty.clone());
-            let mut inodes = lock(&self.inodes);
-            let node = inodes.get_mut(ino).ok_or(FsError::UnknownInode(ino))?;
-            if let Some(file) = written {
-                node.kind = pending_kind(file.meta(), node.kind.owner());
-            }
-            return Ok(node.clone());
-        }
-        // An empty ETag marks metadata last seen in the write engine, which has let go of the
-        // file since (its commit landed): only the store knows the object's version now.
-        let from_writes = node.file().is_some_and(|meta| meta.etag.is_empty())
-            || self.recently_written(settings.store.id(), &key);
-        if !from_writes && node.refreshed.elapsed() < self.options.ttl {
-            return Ok(node);
-        }
         let kind = match &settings.manifest {
             // The manifest (with this mount's own commits in its delta log) is the namespace:
             // asking the store would cost the HEAD it exists to avoid.
@@ -294,6 +267,53 @@ impl Fs {
         node.kind = kind;
         node.refreshed = Instant::now();
         Ok(node.clone())
+    }
+
+    /// What `refreshed` answers without asking the manifest or the store: a directory, a file
+    /// being written or unlinked while open, or one whose metadata is younger than the TTL.
+    /// `None` when only the store (or the manifest) can say.
+    pub(super) fn refreshed_now(&self, ino: u64) -> Option<Result<Node>> {
+        let node = match self.node(ino) {
+            Ok(node) => node,
+            Err(e) => return Some(Err(e)),
+        };
+        let (Some(backend), Some(_)) = (&node.backend, node.file()) else {
+            return Some(Ok(node));
+        };
+        let settings = backend.settings();
+        let key = settings.key_of(&node.path);
+        if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
+            self.note_written(settings.store.id(), &key);
+            let mut inodes = lock(&self.inodes);
+            let Some(node) = inodes.get_mut(ino) else {
+                return Some(Err(FsError::UnknownInode(ino)));
+            };
+            node.kind = pending_kind(file.meta(), node.kind.owner());
+            node.refreshed = Instant::now();
+            return Some(Ok(node.clone()));
+        }
+        // Unlinked while open: the store's object is the old one (or none), not this file any
+        // more. What the open handles hold is its content: a write handle's file, else the
+        // metadata it was opened with.
+        if self.is_unlinked(settings.store.id(), &key) {
+            let written = lock(&self.files)
+                .values()
+                .filter(|h| h.ino == ino)
+                .find_map(|h| h.dirty.clone());
+            let mut inodes = lock(&self.inodes);
+            let Some(node) = inodes.get_mut(ino) else {
+                return Some(Err(FsError::UnknownInode(ino)));
+            };
+            if let Some(file) = written {
+                node.kind = pending_kind(file.meta(), node.kind.owner());
+            }
+            return Some(Ok(node.clone()));
+        }
+        // An empty ETag marks metadata last seen in the write engine, which has let go of the
+        // file since (its commit landed): only the store knows the object's version now.
+        let from_writes = node.file().is_some_and(|meta| meta.etag.is_empty())
+            || self.recently_written(settings.store.id(), &key);
+        (!from_writes && node.refreshed.elapsed() < self.options.ttl).then_some(Ok(node))
     }
 }
 

@@ -959,3 +959,105 @@ async fn a_name_known_absent_is_answered_without_waiting() {
         "the root's names are the backends"
     );
 }
+
+/// A read-only open of a file whose metadata is fresh is answered on the caller's thread
+/// (`open_now`), and so is every release but the one that deletes an object unlinked while
+/// open (`release_now` hands that deletion back); anything that needs the store is left to
+/// `open`.
+#[tokio::test]
+async fn a_read_only_open_of_fresh_metadata_and_its_release_need_no_waiting() {
+    let f = writable(&[("f", b"from memory"), ("g", b"doomed")]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let file = resolve(&f.fs, "data/f").await.expect("f");
+
+    assert!(
+        f.fs.open_now(file.ino, WRITE).is_none(),
+        "a writer asks the store"
+    );
+    let opened = f.fs.open_now(file.ino, OpenMode::default());
+    let fh = opened.expect("fresh").expect("open").fh;
+    assert_eq!(
+        &f.fs.read(fh, 0, 100).await.expect("read")[..],
+        b"from memory"
+    );
+    assert!(f.fs.release_now(fh).is_none(), "nothing to delete");
+    assert!(matches!(
+        f.fs.read(fh, 0, 1).await,
+        Err(FsError::BadHandle(_))
+    ));
+
+    assert!(matches!(
+        f.fs.open_now(data.ino, OpenMode::default()),
+        Some(Err(FsError::IsADirectory))
+    ));
+    assert!(matches!(
+        f.fs.open_now(u64::MAX, OpenMode::default()),
+        Some(Err(FsError::UnknownInode(_)))
+    ));
+
+    // Metadata older than the TTL: only the store can say which version an open reads.
+    if let Some(node) = lock(&f.fs.inodes).get_mut(file.ino) {
+        node.refreshed = Instant::now()
+            .checked_sub(Duration::from_secs(120))
+            .expect("uptime");
+    }
+    assert!(f.fs.open_now(file.ino, OpenMode::default()).is_none());
+    let fh = (f.fs.open(file.ino, OpenMode::default()).await)
+        .expect("open")
+        .fh;
+    assert!(f.fs.release_now(fh).is_none());
+
+    // Unlinked while open: the last release hands the deletion back, and until it runs the
+    // object is still stored.
+    let doomed_file = resolve(&f.fs, "data/g").await.expect("g");
+    let fh = (f.fs.open_now(doomed_file.ino, OpenMode::default()))
+        .expect("fresh")
+        .expect("open")
+        .fh;
+    f.fs.unlink(data.ino, "g").await.expect("unlink");
+    let doomed =
+        f.fs.release_now(fh)
+            .expect("the last handle of an unlinked object");
+    assert_eq!(stored(&f, "g").as_deref(), Some(&b"doomed"[..]));
+    f.fs.delete_unlinked(doomed).await;
+    assert!(stored(&f, "g").is_none(), "deleted");
+}
+
+/// A create of a new name is answered on the caller's thread (`create_now`); one over a file
+/// still being written there is left to `create_as`, which waits out its commit and replaces it.
+#[tokio::test]
+async fn a_create_of_a_new_name_needs_no_waiting() {
+    let f = writable(&[]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+
+    let (attr, fh) = (f.fs.create_now(data.ino, "new", None))
+        .expect("a new name")
+        .expect("create");
+    assert_eq!(attr.size, 0);
+    f.fs.write(fh, 0, b"first").await.expect("write");
+    assert!(
+        f.fs.create_now(data.ino, "new", None).is_none(),
+        "being written: create_as replaces it"
+    );
+    let (_, again) = f.fs.create_as(data.ino, "new", None).await.expect("create");
+    f.fs.release(fh).await;
+    f.fs.write(again, 0, b"second").await.expect("write");
+    f.fs.fsync(again).await.expect("fsync");
+    f.fs.release(again).await;
+    assert_eq!(
+        stored(&f, "new").as_deref(),
+        Some(&b"second"[..]),
+        "the second create's content, never the first's"
+    );
+
+    assert!(matches!(
+        f.fs.create_now(data.ino, &"n".repeat(300), None),
+        Some(Err(FsError::NameTooLong))
+    ));
+    let read_only = fixture(&[]);
+    let data = resolve(&read_only.fs, "data").await.expect("data");
+    assert!(matches!(
+        read_only.fs.create_now(data.ino, "x", None),
+        Some(Err(FsError::ReadOnly { .. }))
+    ));
+}

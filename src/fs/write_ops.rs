@@ -24,7 +24,7 @@ use crate::manifest::delta::Change;
 use crate::manifest::format::{EntryKind, Ownership};
 use crate::manifest::registry::blocking;
 use crate::store::InMemory;
-use crate::write::DirtyFile;
+use crate::write::{DirtyFile, Target};
 
 /// A rename's flags that msfs honours (the rest are refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -123,6 +123,30 @@ impl Fs {
         name: &str,
         creator: Option<Creator>,
     ) -> Result<(Attr, u64)> {
+        let (dir, target) = self.new_file(parent, name)?;
+        let file = self.engines.writes.create(target).await;
+        self.created(parent, name, dir, file, creator)
+    }
+
+    /// `create_as` without waiting, when nothing is being written at the name (a new name, the
+    /// usual case: `Writes::create_now`). `None` when a file is: `create_as` replaces it.
+    pub fn create_now(
+        &self,
+        parent: u64,
+        name: &str,
+        creator: Option<Creator>,
+    ) -> Option<Result<(Attr, u64)>> {
+        let (dir, target) = match self.new_file(parent, name) {
+            Ok(new) => new,
+            Err(e) => return Some(Err(e)),
+        };
+        let file = self.engines.writes.create_now(target)?;
+        Some(self.created(parent, name, dir, file, creator))
+    }
+
+    /// Where a new file `name` in `parent` is written, once the name and the directory are
+    /// found fit for it.
+    fn new_file(&self, parent: u64, name: &str) -> Result<(WritableDir, Target)> {
         Self::check_new_name(name)?;
         let dir = self.writable_dir(parent)?;
         let path = listing::child_path(&dir.node.path, name);
@@ -130,9 +154,22 @@ impl Fs {
         dir.settings.check_key_len(&key)?;
         let store_id = dir.settings.store.id().to_string();
         // A name unlinked while open is taken again: its old object must not be deleted later.
-        lock(&self.unlinked).remove(&(store_id, key.clone()));
+        lock(&self.unlinked).remove(&(store_id, key));
         let target = dir.settings.target(&dir.backend.dir_name, &path);
-        let file = self.engines.writes.create(target).await;
+        Ok((dir, target))
+    }
+
+    /// The inode and handle of `file`, created as `name` in `parent`.
+    fn created(
+        &self,
+        parent: u64,
+        name: &str,
+        dir: WritableDir,
+        file: Arc<DirtyFile>,
+        creator: Option<Creator>,
+    ) -> Result<(Attr, u64)> {
+        let key = file.target.key.clone();
+        let path = listing::child_path(&dir.node.path, name);
         file.set_metadata(Self::creator_metadata(&dir.settings, S_IFREG, creator));
         self.metadata.forget(file.target.store.id(), &key);
         self.note_written(file.target.store.id(), &key);

@@ -33,7 +33,7 @@ use crate::warm::abi::{WARM_IOCTL, WarmRequest};
 
 use crate::fs::{
     Attr, BLOCK_SIZE, Creator, Fs, FsError, Kind, Listed, NameUse, OpenIo, OpenMode, Opened,
-    Registration, RenameFlags, SetAttr, errno_name, request_name,
+    Registration, RenameFlags, Result as FsResult, SetAttr, errno_name, request_name,
 };
 use watchdog::{InFlight, Pending, Watchdog};
 
@@ -381,6 +381,19 @@ fn answer_open(fs: &Fs, opened: Opened, read_only: bool, reply: ReplyOpen) {
     }
 }
 
+fn answer_create(fs: &Fs, parent: INodeNo, created: FsResult<(Attr, u64)>, reply: ReplyCreate) {
+    match created {
+        Ok((attr, fh)) => reply.created(
+            &fs.ttl(),
+            &file_attr(&attr),
+            Generation(0),
+            FileHandle(fh),
+            FopenFlags::empty(),
+        ),
+        Err(e) => reply.error(errno(fs, "create", parent, &e)),
+    }
+}
+
 /// Fills a readdirplus reply: entries with their attributes, each taking a lookup reference.
 fn answer_readdirplus(
     fs: &Fs,
@@ -595,6 +608,20 @@ impl Filesystem for FuseAdapter {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY,
             direct: flags.0 & libc::O_DIRECT != 0,
         };
+        // A read-only open of a file whose metadata is fresh, from memory: no hop to the
+        // runtime (`Fs::open_now`); with passthrough, most of a lent small file's cost.
+        let started = Instant::now();
+        let pending = self.pending("open", ino.0, req, started);
+        if let Some(opened) = self.fs.open_now(ino.0, mode) {
+            match opened {
+                Ok(opened) => answer_open(&self.fs, opened, true, reply),
+                Err(e) => reply.error(errno(&self.fs, "open", ino, &e)),
+            }
+            drop(pending);
+            self.fs.metrics().fuse_request("open", started.elapsed());
+            return;
+        }
+        drop(pending);
         self.spawn("open", ino, req, move |fs| async move {
             match fs.open(ino.0, mode).await {
                 Ok(opened) => answer_open(&fs, opened, !mode.write, reply),
@@ -632,10 +659,26 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn("release", ino, req, move |fs| async move {
-            fs.release(fh.0).await;
-            reply.ok();
-        });
+        // Answered on this worker: a release waits for nothing but the deletion of an object
+        // unlinked while open, which alone goes to the runtime. In the runtime's context, for
+        // the commit of a written file, which starts as a task.
+        let started = Instant::now();
+        let pending = self.pending("release", ino.0, req, started);
+        let doomed = {
+            let _in_runtime = self.runtime.enter();
+            self.fs.release_now(fh.0)
+        };
+        drop(pending);
+        match doomed {
+            None => {
+                reply.ok();
+                self.fs.metrics().fuse_request("release", started.elapsed());
+            }
+            Some(doomed) => self.spawn("release", ino, req, move |fs| async move {
+                fs.delete_unlinked(doomed).await;
+                reply.ok();
+            }),
+        }
     }
 
     /// `msfs warm` (`crate::warm`); every other command is not ours: ENOTTY, as for any file
@@ -1051,17 +1094,20 @@ impl Filesystem for FuseAdapter {
             Err(errno) => return reply.error(errno),
         };
         let creator = creator(req, mode, umask);
+        // A new name, nothing being written there: from memory, no hop to the runtime
+        // (`Fs::create_now`).
+        let started = Instant::now();
+        let pending = self.pending("create", parent.0, req, started);
+        if let Some(created) = self.fs.create_now(parent.0, &name, Some(creator)) {
+            answer_create(&self.fs, parent, created, reply);
+            drop(pending);
+            self.fs.metrics().fuse_request("create", started.elapsed());
+            return;
+        }
+        drop(pending);
         self.spawn("create", parent, req, move |fs| async move {
-            match fs.create_as(parent.0, &name, Some(creator)).await {
-                Ok((attr, fh)) => reply.created(
-                    &fs.ttl(),
-                    &file_attr(&attr),
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                ),
-                Err(e) => reply.error(errno(&fs, "create", parent, &e)),
-            }
+            let created = fs.create_as(parent.0, &name, Some(creator)).await;
+            answer_create(&fs, parent, created, reply);
         });
     }
 }

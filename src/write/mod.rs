@@ -249,6 +249,22 @@ impl WriteEngine {
         self.open(target, None)
     }
 
+    /// `create` without waiting, when nothing is being written at `target` (a new name, the
+    /// usual case): there is no file to forget and no commit of it to wait out. `None` when
+    /// there is; `create` replaces it.
+    pub fn create_now(&self, target: Target) -> Option<Arc<DirtyFile>> {
+        let id = (target.store.id().to_string(), target.key.clone());
+        let mut files = self.inner.files();
+        let std::collections::hash_map::Entry::Vacant(vacant) = files.entry(id) else {
+            return None;
+        };
+        let file = vacant
+            .insert(Arc::new(DirtyFile::new(target, None)))
+            .clone();
+        file.state().handles += 1;
+        Some(file)
+    }
+
     /// A handle on `file` closed. The engine lets go of the file once it is clean and unused.
     pub fn release(&self, file: &Arc<DirtyFile>) {
         {

@@ -54,14 +54,7 @@ impl Fs {
             return Err(FsError::NotADirectory);
         }
         let Some(backend) = dir.backend.clone() else {
-            let backend = self
-                .backends()
-                .into_iter()
-                .find(|b| b.dir_name == name)
-                .ok_or(FsError::NotFound)?;
-            let node =
-                lock(&self.inodes).lookup(ROOT_INO, name, backend, String::new(), ChildKind::DIR);
-            return Ok(self.attr_of(&node));
+            return self.lookup_backend(name);
         };
         let (backend, path, kind) = self.resolve(&dir, backend, name).await?;
         let node = lock(&self.inodes).lookup(parent, name, backend, path, kind);
@@ -74,20 +67,44 @@ impl Fs {
         Ok(self.attr_of(&node))
     }
 
-    /// [`Fs::lookup`] of a name known to be absent without a store request (see
+    /// [`Fs::lookup`] when neither the manifest nor the store need be asked (see
     /// [`Fs::resolve_known`]), answered on the caller's thread (a FUSE worker's): every create
-    /// looks its name up first. `None` when only `lookup` can say.
-    pub fn lookup_missing_now(&self, parent: u64, name: &str) -> Option<FsError> {
+    /// looks its name up first, and every path walk past the kernel's entry TTL looks up each
+    /// name again. `None` when only `lookup` can say; then nothing was changed, and in
+    /// particular no kernel reference was taken.
+    pub fn lookup_now(&self, parent: u64, name: &str) -> Option<Result<Attr>> {
         let dir = self.node(parent).ok().filter(Node::is_dir)?;
-        let backend = dir.backend.clone()?;
-        match self.resolve_known(&dir, &backend, name) {
+        let Some(backend) = dir.backend.clone() else {
+            // The mount root's names are the backends: memory, like `lookup` says.
+            return Some(self.lookup_backend(name));
+        };
+        let kind = match self.resolve_known(&dir, &backend, name) {
+            Ok(Known::Found(kind)) => kind,
             Ok(Known::Missing) => {
                 self.remember_missing(dir.ino, name);
-                Some(FsError::NotFound)
+                return Some(Err(FsError::NotFound));
             }
-            Err(e) => Some(e),
-            Ok(Known::Found(_) | Known::Ask) => None,
+            Err(e) => return Some(Err(e)),
+            Ok(Known::Ask) => return None,
+        };
+        let path = listing::child_path(&dir.path, name);
+        // A `posix_metadata` name whose metadata is not known yet needs its HEAD.
+        let is_dir = matches!(kind, ChildKind::Dir { .. });
+        if !self.posix_known(&backend.settings(), &path, is_dir) {
+            return None;
         }
+        let node = lock(&self.inodes).lookup(parent, name, backend, path, kind);
+        Some(Ok(self.attr_of(&node)))
+    }
+
+    /// A backend's directory, the mount root's entry `name`.
+    fn lookup_backend(&self, name: &str) -> Result<Attr> {
+        let backend = (self.backends().into_iter())
+            .find(|b| b.dir_name == name)
+            .ok_or(FsError::NotFound)?;
+        let node =
+            lock(&self.inodes).lookup(ROOT_INO, name, backend, String::new(), ChildKind::DIR);
+        Ok(self.attr_of(&node))
     }
 
     /// What `name` in directory `dir` (of `backend`) is, without taking a kernel reference: a

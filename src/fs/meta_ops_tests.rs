@@ -828,3 +828,22 @@ async fn meta_ops_a_directorys_known_attributes_are_answered_without_waiting() {
         Some(attr)
     );
 }
+
+/// With `posix_metadata`, a name listed but whose metadata is not read yet is left to `lookup`
+/// (its HEAD), and nothing is taken for it; once read, it is answered from memory.
+#[tokio::test]
+async fn meta_ops_a_listed_name_is_answered_without_waiting_once_its_metadata_is_known() {
+    let store = TestStore::ram();
+    store.put("f", Bytes::from_static(b"x")).await.expect("put");
+    let m = mount(&store, true);
+    let data = resolve(&m.fs, "data").await.expect("data");
+    let fh = m.fs.opendir(data.ino).await.expect("opendir");
+    m.fs.releasedir(fh);
+    m.fs.metadata.forget(store.id(), "f");
+    assert!(m.fs.lookup_now(data.ino, "f").is_none(), "its HEAD first");
+    let looked_up = m.fs.lookup(data.ino, "f").await.expect("lookup");
+    let now = (m.fs.lookup_now(data.ino, "f"))
+        .expect("metadata known")
+        .expect("f");
+    assert_eq!(now, looked_up);
+}

@@ -916,48 +916,53 @@ async fn a_backends_max_key_bytes_bounds_the_keys_its_names_make() {
     assert_eq!(made.kind, Kind::File);
 }
 
-/// A name known absent is answered on the caller's thread (`lookup_missing_now`), exactly when
-/// `lookup` would say so without asking the store; anything else is left to `lookup`.
+/// A name whose presence or absence is known is answered on the caller's thread (`lookup_now`),
+/// exactly when `lookup` would answer without asking the store, and with what `lookup` answers;
+/// anything else is left to `lookup`, with nothing taken.
 #[tokio::test]
-async fn a_name_known_absent_is_answered_without_waiting() {
+async fn a_known_name_is_answered_without_waiting() {
     let f = writable(&[("d/here", b"1")]);
     let data = resolve(&f.fs, "data").await.expect("data");
-    let missing = |dir: u64, name: &str| f.fs.lookup_missing_now(dir, name);
+    let now = |dir: u64, name: &str| f.fs.lookup_now(dir, name);
+    let missing = |dir: u64, name: &str| matches!(now(dir, name), Some(Err(FsError::NotFound)));
 
     // Nothing known of the name yet: only the store can say.
-    assert!(missing(data.ino, "never-seen").is_none());
+    assert!(now(data.ino, "never-seen").is_none());
     assert!(matches!(
         f.fs.lookup(data.ino, "never-seen").await,
         Err(FsError::NotFound)
     ));
-    assert!(
-        matches!(missing(data.ino, "never-seen"), Some(FsError::NotFound)),
-        "just found missing"
-    );
+    assert!(missing(data.ino, "never-seen"), "just found missing");
 
     // A fresh listing says what is there and what is not.
+    assert!(now(data.ino, "d").is_none(), "not listed yet");
     assert_eq!(ls(&f.fs, "data/d").await, ["here"]);
     let d = resolve(&f.fs, "data/d").await.expect("d");
-    assert!(missing(d.ino, "here").is_none(), "listed: lookup takes it");
-    assert!(matches!(missing(d.ino, "absent"), Some(FsError::NotFound)));
+    let here = now(d.ino, "here").expect("listed").expect("here");
+    let looked_up = f.fs.lookup(d.ino, "here").await.expect("here");
+    assert_eq!(
+        (here.ino, here.size, here.kind),
+        (looked_up.ino, 1, Kind::File)
+    );
+    assert!(missing(d.ino, "absent"));
 
     // A file being written is there, listed or not.
-    let (_, fh) = f.fs.create_as(d.ino, "new", None).await.expect("create");
-    assert!(missing(d.ino, "new").is_none());
+    let (created, fh) = f.fs.create_as(d.ino, "new", None).await.expect("create");
+    let new = now(d.ino, "new").expect("being written").expect("new");
+    assert_eq!(new.ino, created.ino);
     f.fs.release(fh).await;
 
     assert!(matches!(
-        missing(d.ino, &"n".repeat(300)),
-        Some(FsError::NameTooLong)
+        now(d.ino, &"n".repeat(300)),
+        Some(Err(FsError::NameTooLong))
     ));
     assert!(
-        missing(u64::MAX, "x").is_none(),
+        now(u64::MAX, "x").is_none(),
         "an unknown directory: lookup says"
     );
-    assert!(
-        missing(ROOT_INO, "data").is_none(),
-        "the root's names are the backends"
-    );
+    let backend = now(ROOT_INO, "data").expect("the root's names are the backends");
+    assert_eq!(backend.expect("data").ino, data.ino);
+    assert!(missing(ROOT_INO, "nothing"));
 }
 
 /// A read-only open of a file whose metadata is fresh is answered on the caller's thread

@@ -565,10 +565,13 @@ impl Filesystem for FuseAdapter {
             Ok(name) => name,
             Err(errno) => return reply.error(errno),
         };
-        // A name known absent, from memory: no hop to the runtime (`Fs::lookup_missing_now`).
+        // A name known present or absent, from memory: no hop to the runtime (`Fs::lookup_now`).
         let started = Instant::now();
-        if let Some(e) = self.fs.lookup_missing_now(parent.0, &name) {
-            reply.error(errno(&self.fs, "lookup", parent, &e));
+        if let Some(found) = self.fs.lookup_now(parent.0, &name) {
+            match found {
+                Ok(attr) => reply.entry(&self.fs.ttl(), &file_attr(&attr), Generation(0)),
+                Err(e) => reply.error(errno(&self.fs, "lookup", parent, &e)),
+            }
             self.fs.metrics().fuse_request("lookup", started.elapsed());
             return;
         }

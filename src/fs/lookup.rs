@@ -203,24 +203,36 @@ impl Fs {
         }
     }
 
-    /// [`Fs::getattr`] of a directory whose attributes need no store request, answered on the
-    /// caller's thread (a FUSE worker's): the kernel asks for a directory's attributes again
-    /// after every create or unlink in it, before the next path walk through it. `None` for a
-    /// file, or a directory whose POSIX metadata must be read first: then call `getattr`.
+    /// [`Fs::getattr`] when it needs no store request, answered on the caller's thread (a FUSE
+    /// worker's): the kernel asks for a directory's attributes again after every create or
+    /// unlink in it, before the next path walk through it, and for a file's after every write
+    /// through it and whenever its attribute TTL has passed. `None` for a file whose metadata
+    /// is older than the TTL (`refreshed_now`), or a name whose POSIX metadata must be read
+    /// first: then call `getattr`.
     pub fn getattr_now(&self, ino: u64) -> Option<Result<Attr>> {
-        let node = match self.node(ino) {
+        let node = match self.refreshed_now(ino)? {
             Ok(node) => node,
             Err(e) => return Some(Err(e)),
         };
-        if !node.is_dir() {
+        let Some(backend) = &node.backend else {
+            return Some(Ok(self.attr_of(&node)));
+        };
+        let settings = backend.settings();
+        if !self.posix_known(&settings, &node.path, node.is_dir()) {
             return None;
         }
-        if let Some(backend) = &node.backend
-            && !self.posix_known(&backend.settings(), &node.path, true)
+        Some(Ok(self.attr_now(&node, &settings)))
+    }
+
+    /// The attributes of `node`, refreshed already: a file unlinked while open has no link.
+    fn attr_now(&self, node: &Node, settings: &BackendSettings) -> Attr {
+        let mut attr = self.attr_of(node);
+        if node.file().is_some()
+            && self.is_unlinked(settings.store.id(), &settings.key_of(&node.path))
         {
-            return None;
+            attr.nlink = 0;
         }
-        Some(Ok(self.attr_of(&node)))
+        attr
     }
 
     /// Attributes of `ino`; a file's are re-read from the store once they are older than the TTL.
@@ -229,16 +241,10 @@ impl Fs {
         self.load_metadata(&node).await?;
         // Re-read for what the metadata HEAD refreshed; never an error of its own.
         let node = self.node(ino).unwrap_or(node);
-        let mut attr = self.attr_of(&node);
-        if let Some(backend) = &node.backend
-            && node.file().is_some()
-        {
-            let settings = backend.settings();
-            if self.is_unlinked(settings.store.id(), &settings.key_of(&node.path)) {
-                attr.nlink = 0;
-            }
-        }
-        Ok(attr)
+        Ok(match &node.backend {
+            Some(backend) => self.attr_now(&node, &backend.settings()),
+            None => self.attr_of(&node),
+        })
     }
 
     /// The node, with a file's metadata confirmed by a HEAD if it is older than the TTL.

@@ -775,8 +775,8 @@ async fn meta_ops_a_directory_without_a_marker_costs_no_marker_head() {
 }
 
 /// A directory's attributes known without a store request are answered on the caller's thread
-/// (`getattr_now`), the same as `getattr` says; a file's, and a directory's whose metadata
-/// must be read first, are not.
+/// (`getattr_now`), the same as `getattr` says, and so are a file's being written; a
+/// directory's whose metadata must be read first are not.
 #[tokio::test]
 async fn meta_ops_a_directorys_known_attributes_are_answered_without_waiting() {
     let store = TestStore::ram();
@@ -807,8 +807,11 @@ async fn meta_ops_a_directorys_known_attributes_are_answered_without_waiting() {
         if posix_metadata {
             assert_eq!((attr.perm, attr.uid, attr.gid), (0o750, 7, 8));
         }
-        let (f, _fh) = m.fs.create_as(data.ino, "f", None).await.expect("create");
-        assert_eq!(now(f.ino), None, "a file's go the async way");
+        let (f, fh) = m.fs.create_as(data.ino, "f", None).await.expect("create");
+        m.fs.write(fh, 0, b"grown").await.expect("write");
+        let attr = now(f.ino).expect("a file being written: the engine's");
+        assert_eq!(attr, m.fs.getattr(f.ino).await.expect("getattr"));
+        assert_eq!(attr.size, 5);
         assert!(matches!(
             m.fs.getattr_now(u64::MAX),
             Some(Err(FsError::UnknownInode(_)))

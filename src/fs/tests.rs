@@ -1066,3 +1066,41 @@ async fn a_create_of_a_new_name_needs_no_waiting() {
         Some(Err(FsError::ReadOnly { .. }))
     ));
 }
+
+/// A file's attributes are answered on the caller's thread (`getattr_now`) while its metadata is
+/// younger than the TTL, the same as `getattr` says; older, they are left to `getattr`, which
+/// asks the store; a file unlinked while open has no link either way.
+#[tokio::test]
+async fn a_files_fresh_attributes_are_answered_without_waiting() {
+    let f = writable(&[("f", b"12345")]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let file = resolve(&f.fs, "data/f").await.expect("f");
+    let now = f.fs.getattr_now(file.ino).expect("fresh").expect("attr");
+    assert_eq!(now, f.fs.getattr(file.ino).await.expect("getattr"));
+    assert_eq!(now.size, 5);
+
+    if let Some(node) = lock(&f.fs.inodes).get_mut(file.ino) {
+        node.refreshed = Instant::now()
+            .checked_sub(Duration::from_secs(120))
+            .expect("uptime");
+    }
+    assert!(f.fs.getattr_now(file.ino).is_none(), "older than the TTL");
+    std::fs::write(f.dir.path().join("f"), b"1234567").expect("replaced behind the mount");
+    assert_eq!(f.fs.getattr(file.ino).await.expect("getattr").size, 7);
+    assert_eq!(
+        f.fs.getattr_now(file.ino)
+            .expect("fresh again")
+            .expect("attr")
+            .size,
+        7
+    );
+
+    let fh = (f.fs.open(file.ino, OpenMode::default()).await)
+        .expect("open")
+        .fh;
+    f.fs.unlink(data.ino, "f").await.expect("unlink");
+    let unlinked = f.fs.getattr_now(file.ino).expect("known").expect("attr");
+    assert_eq!(unlinked.nlink, 0);
+    assert_eq!(unlinked, f.fs.getattr(file.ino).await.expect("getattr"));
+    f.fs.release(fh).await;
+}

@@ -588,7 +588,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        // A directory's, from memory: no hop to the runtime (see `Fs::getattr_now`).
+        // Known and fresh, from memory: no hop to the runtime (see `Fs::getattr_now`).
         let started = Instant::now();
         if let Some(attr) = self.fs.getattr_now(ino.0) {
             match attr {

@@ -269,7 +269,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let numbers = Arc::new(AtomicU64::new(1));
         let spares = Spares::start(dir.path(), Arc::clone(&numbers));
-        until("the spares are made", || made(dir.path()).len() == READY);
+        // A directory shows before its files: made means both are there.
+        let whole = |number: &u64| {
+            let spare = dir.path().join(number.to_string());
+            spare.join(DATA).exists() && spare.join(LOG).exists()
+        };
+        until("the spares are made", || {
+            let made = made(dir.path());
+            made.len() == READY && made.iter().all(whole)
+        });
         for number in made(dir.path()) {
             let spare = dir.path().join(number.to_string());
             for name in [DATA, LOG] {

@@ -210,6 +210,29 @@ impl FuseAdapter {
             .map(|_| self.in_flight.begin(op, ino, req.pid(), started))
     }
 
+    /// Answers `reply` on this worker when `now` can without waiting (`Some`: see the `*_now`
+    /// methods of `Fs`), with `answer`, timed and in the in-flight table like any request.
+    /// Returns the reply otherwise, for the caller to hand to the runtime (`spawn`).
+    fn answer_now<T, R>(
+        &self,
+        op: &'static str,
+        ino: u64,
+        req: &Request,
+        reply: R,
+        now: impl FnOnce(&Fs) -> Option<T>,
+        answer: impl FnOnce(&Fs, T, R),
+    ) -> Option<R> {
+        let started = Instant::now();
+        let pending = self.pending(op, ino, req, started);
+        let Some(known) = now(&self.fs) else {
+            return Some(reply);
+        };
+        answer(&self.fs, known, reply);
+        drop(pending);
+        self.fs.metrics().fuse_request(op, started.elapsed());
+        None
+    }
+
     /// Runs `work` on the runtime and times it as FUSE operation `op` on inode `ino` (the
     /// directory, for operations on a name in it), issued by `req`; the FUSE worker returns at
     /// once. Until `work` has answered, the request is in the in-flight table.
@@ -378,19 +401,6 @@ fn answer_open(fs: &Fs, opened: Opened, read_only: bool, reply: ReplyOpen) {
             reply.opened_passthrough(fh, flags, id)
         }
         None => reply.opened(fh, flags | FopenFlags::FOPEN_DIRECT_IO),
-    }
-}
-
-fn answer_create(fs: &Fs, parent: INodeNo, created: FsResult<(Attr, u64)>, reply: ReplyCreate) {
-    match created {
-        Ok((attr, fh)) => reply.created(
-            &fs.ttl(),
-            &file_attr(&attr),
-            Generation(0),
-            FileHandle(fh),
-            FopenFlags::empty(),
-        ),
-        Err(e) => reply.error(errno(fs, "create", parent, &e)),
     }
 }
 
@@ -565,21 +575,17 @@ impl Filesystem for FuseAdapter {
             Ok(name) => name,
             Err(errno) => return reply.error(errno),
         };
-        // A name known present or absent, from memory: no hop to the runtime (`Fs::lookup_now`).
-        let started = Instant::now();
-        if let Some(found) = self.fs.lookup_now(parent.0, &name) {
-            match found {
-                Ok(attr) => reply.entry(&self.fs.ttl(), &file_attr(&attr), Generation(0)),
-                Err(e) => reply.error(errno(&self.fs, "lookup", parent, &e)),
-            }
-            self.fs.metrics().fuse_request("lookup", started.elapsed());
+        // A name known present or absent, from memory: no hop to the runtime.
+        let answer = move |fs: &Fs, found: FsResult<Attr>, reply: ReplyEntry| match found {
+            Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
+            Err(e) => reply.error(errno(fs, "lookup", parent, &e)),
+        };
+        let now = |fs: &Fs| fs.lookup_now(parent.0, &name);
+        let Some(reply) = self.answer_now("lookup", parent.0, req, reply, now, answer) else {
             return;
-        }
+        };
         self.spawn("lookup", parent, req, move |fs| async move {
-            match fs.lookup(parent.0, &name).await {
-                Ok(attr) => reply.entry(&fs.ttl(), &file_attr(&attr), Generation(0)),
-                Err(e) => reply.error(errno(&fs, "lookup", parent, &e)),
-            }
+            answer(&fs, fs.lookup(parent.0, &name).await, reply);
         });
     }
 
@@ -588,21 +594,17 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        // Known and fresh, from memory: no hop to the runtime (see `Fs::getattr_now`).
-        let started = Instant::now();
-        if let Some(attr) = self.fs.getattr_now(ino.0) {
-            match attr {
-                Ok(attr) => reply.attr(&self.fs.ttl(), &file_attr(&attr)),
-                Err(e) => reply.error(errno(&self.fs, "getattr", ino, &e)),
-            }
-            self.fs.metrics().fuse_request("getattr", started.elapsed());
+        // Known and fresh, from memory: no hop to the runtime.
+        let answer = move |fs: &Fs, attr: FsResult<Attr>, reply: ReplyAttr| match attr {
+            Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
+            Err(e) => reply.error(errno(fs, "getattr", ino, &e)),
+        };
+        let now = |fs: &Fs| fs.getattr_now(ino.0);
+        let Some(reply) = self.answer_now("getattr", ino.0, req, reply, now, answer) else {
             return;
-        }
+        };
         self.spawn("getattr", ino, req, move |fs| async move {
-            match fs.getattr(ino.0).await {
-                Ok(attr) => reply.attr(&fs.ttl(), &file_attr(&attr)),
-                Err(e) => reply.error(errno(&fs, "getattr", ino, &e)),
-            }
+            answer(&fs, fs.getattr(ino.0).await, reply);
         });
     }
 
@@ -612,24 +614,17 @@ impl Filesystem for FuseAdapter {
             direct: flags.0 & libc::O_DIRECT != 0,
         };
         // A read-only open of a file whose metadata is fresh, from memory: no hop to the
-        // runtime (`Fs::open_now`); with passthrough, most of a lent small file's cost.
-        let started = Instant::now();
-        let pending = self.pending("open", ino.0, req, started);
-        if let Some(opened) = self.fs.open_now(ino.0, mode) {
-            match opened {
-                Ok(opened) => answer_open(&self.fs, opened, true, reply),
-                Err(e) => reply.error(errno(&self.fs, "open", ino, &e)),
-            }
-            drop(pending);
-            self.fs.metrics().fuse_request("open", started.elapsed());
+        // runtime; with passthrough, most of a lent small file's cost.
+        let answer = move |fs: &Fs, opened: FsResult<Opened>, reply: ReplyOpen| match opened {
+            Ok(opened) => answer_open(fs, opened, !mode.write, reply),
+            Err(e) => reply.error(errno(fs, "open", ino, &e)),
+        };
+        let now = |fs: &Fs| fs.open_now(ino.0, mode);
+        let Some(reply) = self.answer_now("open", ino.0, req, reply, now, answer) else {
             return;
-        }
-        drop(pending);
+        };
         self.spawn("open", ino, req, move |fs| async move {
-            match fs.open(ino.0, mode).await {
-                Ok(opened) => answer_open(&fs, opened, !mode.write, reply),
-                Err(e) => reply.error(errno(&fs, "open", ino, &e)),
-            }
+            answer(&fs, fs.open(ino.0, mode).await, reply);
         });
     }
 
@@ -1097,20 +1092,25 @@ impl Filesystem for FuseAdapter {
             Err(errno) => return reply.error(errno),
         };
         let creator = creator(req, mode, umask);
-        // A new name, nothing being written there: from memory, no hop to the runtime
-        // (`Fs::create_now`).
-        let started = Instant::now();
-        let pending = self.pending("create", parent.0, req, started);
-        if let Some(created) = self.fs.create_now(parent.0, &name, Some(creator)) {
-            answer_create(&self.fs, parent, created, reply);
-            drop(pending);
-            self.fs.metrics().fuse_request("create", started.elapsed());
+        // A new name, nothing being written there: from memory, no hop to the runtime.
+        let answer =
+            move |fs: &Fs, created: FsResult<(Attr, u64)>, reply: ReplyCreate| match created {
+                Ok((attr, fh)) => {
+                    let (ttl, attr, fh) = (fs.ttl(), file_attr(&attr), FileHandle(fh));
+                    reply.created(&ttl, &attr, Generation(0), fh, FopenFlags::empty())
+                }
+                Err(e) => reply.error(errno(fs, "create", parent, &e)),
+            };
+        let now = |fs: &Fs| fs.create_now(parent.0, &name, Some(creator));
+        let Some(reply) = self.answer_now("create", parent.0, req, reply, now, answer) else {
             return;
-        }
-        drop(pending);
+        };
         self.spawn("create", parent, req, move |fs| async move {
-            let created = fs.create_as(parent.0, &name, Some(creator)).await;
-            answer_create(&fs, parent, created, reply);
+            answer(
+                &fs,
+                fs.create_as(parent.0, &name, Some(creator)).await,
+                reply,
+            );
         });
     }
 }

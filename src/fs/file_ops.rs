@@ -281,11 +281,11 @@ impl Fs {
         // Whether this was the last handle, and taking the unlinked record if so, happen under
         // the `unlinked` lock, which `unlink` holds while it checks for open handles and records
         // the name: so exactly one of the two deletes the object, never neither.
-        let mut unlinked = lock(&self.unlinked);
+        let mut records = lock(&self.unlinked);
         let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
         let id = (handle.store.id().to_string(), handle.version.key.clone());
-        let unlinked = match unlinked.get(&id) {
-            Some(u) if u.ino == handle.ino && !still_open => unlinked.remove(&id)?,
+        let unlinked = match records.get(&id) {
+            Some(u) if u.ino == handle.ino && !still_open => records.remove(&id)?,
             _ => return None,
         };
         Some(Doomed { handle, unlinked })

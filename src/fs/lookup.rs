@@ -214,23 +214,22 @@ impl Fs {
             Ok(node) => node,
             Err(e) => return Some(Err(e)),
         };
-        let Some(backend) = &node.backend else {
-            return Some(Ok(self.attr_of(&node)));
-        };
-        let settings = backend.settings();
-        if !self.posix_known(&settings, &node.path, node.is_dir()) {
+        if let Some(backend) = &node.backend
+            && !self.posix_known(&backend.settings(), &node.path, node.is_dir())
+        {
             return None;
         }
-        Some(Ok(self.attr_now(&node, &settings)))
+        Some(Ok(self.refreshed_attr(&node)))
     }
 
     /// The attributes of `node`, refreshed already: a file unlinked while open has no link.
-    fn attr_now(&self, node: &Node, settings: &BackendSettings) -> Attr {
+    fn refreshed_attr(&self, node: &Node) -> Attr {
         let mut attr = self.attr_of(node);
-        if node.file().is_some()
-            && self.is_unlinked(settings.store.id(), &settings.key_of(&node.path))
-        {
-            attr.nlink = 0;
+        if let (Some(backend), Some(_)) = (&node.backend, node.file()) {
+            let settings = backend.settings();
+            if self.is_unlinked(settings.store.id(), &settings.key_of(&node.path)) {
+                attr.nlink = 0;
+            }
         }
         attr
     }
@@ -241,10 +240,7 @@ impl Fs {
         self.load_metadata(&node).await?;
         // Re-read for what the metadata HEAD refreshed; never an error of its own.
         let node = self.node(ino).unwrap_or(node);
-        Ok(match &node.backend {
-            Some(backend) => self.attr_now(&node, &backend.settings()),
-            None => self.attr_of(&node),
-        })
+        Ok(self.refreshed_attr(&node))
     }
 
     /// The node, with a file's metadata confirmed by a HEAD if it is older than the TTL.

@@ -129,7 +129,7 @@ impl Fs {
     }
 
     /// `create_as` without waiting, when nothing is being written at the name (a new name, the
-    /// usual case: `Writes::create_now`). `None` when a file is: `create_as` replaces it.
+    /// usual case: `WriteEngine::create_now`). `None` when a file is: `create_as` replaces it.
     pub fn create_now(
         &self,
         parent: u64,

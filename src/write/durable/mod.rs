@@ -29,8 +29,8 @@
 //! as a spare for another file's first change ([`spare`]: an empty log is what recovery drops
 //! as torn), or removed (log first: a `data` without a log is known garbage); the next change
 //! starts a new one with a new header. A commit that lands while writes raced it, or while a
-//! write is still putting bytes in (`writers`), appends a
-//! commit record instead (the new base; whether the extents were cleared). A file deleted or
+//! write is still putting bytes in (`writers`), appends a commit record instead (the new base;
+//! whether the extents were cleared). A file deleted or
 //! replaced ([`super::WriteEngine::forget`]) loses its directory at once; its bytes live on,
 //! unnamed, for the handles still open on it. A stranded file (its commit refused for good)
 //! keeps its directory, and so does every file still dirty when the process exits.

@@ -151,6 +151,12 @@ enum Command {
         size: u64,
         #[arg(long)]
         concurrency: usize,
+        /// Before each PutObject the sending thread sleeps this long, as a filesystem's client
+        /// pauses between files for its local work (open, write); the report then adds
+        /// `request_seconds`, the time spent in the requests alone. What a pause costs the next
+        /// request on a machine whose idle CPUs are slow to wake (see create-split.sh).
+        #[arg(long, default_value_t = 0)]
+        idle_us: u64,
     },
     /// One multipart upload of `size` bytes in parts of `part_size`, `concurrency` parts in
     /// flight (a sliding window: the next part starts when one completes).
@@ -536,6 +542,7 @@ async fn put_objects(
     count: usize,
     size: u64,
     concurrency: usize,
+    idle: Duration,
 ) -> Result<Value, Error> {
     let pool = Pool::new(size * count as u64, size);
     // A stride that is no multiple of anything the server cuts by: every object its own window.
@@ -549,17 +556,34 @@ async fn put_objects(
         })
         .collect();
     let (client, bucket) = (client.clone(), bucket.to_string());
+    let in_requests = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let spent = Arc::clone(&in_requests);
     let (bytes, n, t) = for_each_concurrent(
         objects.into_iter(),
         concurrency,
         None,
         move |(key, body): (String, Bytes)| {
-            let (client, bucket) = (client.clone(), bucket.clone());
-            async move { put(&client, &bucket, &key, body).await }
+            let (client, bucket, spent) = (client.clone(), bucket.clone(), Arc::clone(&spent));
+            async move {
+                if !idle.is_zero() {
+                    // The thread itself idles (not a timer): what a client busy elsewhere does.
+                    std::thread::sleep(idle);
+                }
+                let started = Instant::now();
+                let put = put(&client, &bucket, &key, body).await;
+                *spent.lock().expect("not poisoned") += started.elapsed();
+                put
+            }
         },
     )
     .await?;
-    Ok(report("put-objects", bytes, t, n, concurrency))
+    let mut out = report("put-objects", bytes, t, n, concurrency);
+    if !idle.is_zero() {
+        let in_requests = *in_requests.lock().expect("not poisoned");
+        out["idle_us"] = json!(idle.as_micros() as u64);
+        out["request_seconds"] = json!(in_requests.as_secs_f64());
+    }
+    Ok(out)
 }
 
 async fn put_large(
@@ -785,7 +809,11 @@ async fn run(cli: Cli) -> Result<Value, Error> {
             count,
             size,
             concurrency,
-        } => put_objects(&client, bucket, &prefix, count, size, concurrency).await?,
+            idle_us,
+        } => {
+            let idle = Duration::from_micros(idle_us);
+            put_objects(&client, bucket, &prefix, count, size, concurrency, idle).await?
+        }
         Command::PutLarge {
             key,
             size,

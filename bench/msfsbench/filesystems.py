@@ -181,6 +181,11 @@ class Msfs(Filesystem):
         self.helper = self.work / "bin" / "mount.msfs"  # mount.msfs is msfs under another name
 
     @property
+    def binary(self) -> Path:
+        """The msfs executable this peer mounts with."""
+        return self.binaries.msfs
+
+    @property
     def root(self) -> Path:
         return self.mountpoint / self.BACKEND
 
@@ -213,9 +218,9 @@ class Msfs(Filesystem):
 
     def _start(self) -> int:
         self._write_config()
-        self.helper.parent.mkdir(exist_ok=True)
+        self.helper.parent.mkdir(parents=True, exist_ok=True)
         if not self.helper.is_symlink():
-            self.helper.symlink_to(self.binaries.msfs)
+            self.helper.symlink_to(self.binary)
         env = {**os.environ, "MSFS_LOG_DIR": str(self.log_dir), **self.EXTRA_ENV}
         env.pop("MSFS_BINARY", None)
         run([self.helper, self.config, self.mountpoint], env=env, timeout=90)
@@ -228,6 +233,26 @@ class Msfs(Filesystem):
             if len(lines) > 1 and Path(lines[1].strip()) == self.mountpoint:
                 return int(lines[0])
         raise RuntimeError(f"mount.msfs left no pid file for {self.mountpoint} in {self.log_dir}")
+
+
+class MsfsBase(Msfs):
+    """msfs as an earlier commit built it (`MSFS_BASE_BINARY`: that build's `msfs`), with this
+    peer's settings: beside `msfs` in one `--interleave` run, the regression check of a change.
+    This machine moves 30-40% between runs minutes apart, so only builds taking turns compare."""
+
+    name = "msfs-base"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        base = os.environ.get("MSFS_BASE_BINARY", "")
+        if not base or not os.access(base, os.X_OK):
+            raise RuntimeError("msfs-base: set MSFS_BASE_BINARY to an earlier build's msfs executable")
+        self.base_binary = Path(base).resolve()
+        self.helper = self.work / "bin" / self.name / "mount.msfs"
+
+    @property
+    def binary(self) -> Path:
+        return self.base_binary
 
 
 class MsfsWithoutHolder(Msfs):
@@ -532,6 +557,7 @@ def _yaml(value: object) -> str:
 
 PEERS: dict[str, type[Filesystem]] = {
     "msfs": Msfs,
+    "msfs-base": MsfsBase,
     "msfs-no-holder": MsfsWithoutHolder,
     "msfs-writeback": MsfsWriteback,
     "msfs-passthrough": MsfsPassthrough,

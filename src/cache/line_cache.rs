@@ -36,6 +36,8 @@ use crate::config::{CacheConfig, CacheStorage};
 use crate::private_dir::PrivateDir;
 use crate::store::{ObjectStore, StoreError};
 
+mod read_now;
+
 /// Read-ahead in flight across the whole cache is bounded to this many streams' worth of
 /// `cache_lines_to_prefetch`, and to half the lines, so that read-ahead can neither hold
 /// unbounded fetch buffers nor crowd demand reads out of the cache. A prefetch that finds the
@@ -126,6 +128,29 @@ impl Shared {
     fn line_range(&self, size: u64, line: u64) -> Range<u64> {
         let start = line.saturating_mul(self.line_size);
         start..start.saturating_add(self.line_size).min(size)
+    }
+
+    /// The lines a sequential read ending in line `last` of object `name` (of `size` bytes)
+    /// should fetch ahead: the window's missing lines, once enough of them are missing to make
+    /// a run (or the window reaches the object's end), so that one GET fetches several lines.
+    fn read_ahead_due(
+        &self,
+        table: &Table,
+        name: (&str, &str, &str),
+        size: u64,
+        last: u64,
+    ) -> Vec<u64> {
+        if self.lines_to_prefetch == 0 {
+            return Vec::new();
+        }
+        let object_last = (size - 1) / self.line_size;
+        let ahead_last = last.saturating_add(self.lines_to_prefetch).min(object_last);
+        let absent: Vec<u64> = (last.saturating_add(1)..=ahead_last)
+            .filter(|line| !table.contains(name.0, name.1, name.2, *line))
+            .collect();
+        let enough = absent.len() as u64 >= self.run_lines
+            || (ahead_last == object_last && !absent.is_empty());
+        if enough { absent } else { Vec::new() }
     }
 }
 
@@ -436,19 +461,8 @@ impl LineCache {
                     None => Planned::Direct(part),
                 });
             }
-            if sequential && shared.lines_to_prefetch > 0 {
-                let object_last = (object.size - 1) / ls;
-                let ahead_last = last
-                    .saturating_add(shared.lines_to_prefetch)
-                    .min(object_last);
-                let absent: Vec<u64> = (last.saturating_add(1)..=ahead_last)
-                    .filter(|line| !table.contains(name.0, name.1, name.2, *line))
-                    .collect();
-                // Read-ahead waits until enough of the window is missing to make a run (or the
-                // window reaches the object's end), so that one GET fetches several lines.
-                let enough = absent.len() as u64 >= shared.run_lines
-                    || (ahead_last == object_last && !absent.is_empty());
-                for line in absent.into_iter().filter(|_| enough) {
+            if sequential {
+                for line in shared.read_ahead_due(&table, name, object.size, last) {
                     let Ok(permit) = Arc::clone(&shared.prefetch_budget).try_acquire_owned() else {
                         break;
                     };
@@ -882,6 +896,16 @@ impl ObjectReader for LineCache {
             out.extend_from_slice(&part);
         }
         Ok(out.freeze())
+    }
+
+    fn read_now(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        range: Range<u64>,
+        sequential: bool,
+    ) -> Option<Result<Bytes, StoreError>> {
+        self.read_at_hand(store, object, range, sequential)
     }
 }
 

@@ -13,6 +13,8 @@ mod object_file_tests;
 mod persist;
 #[cfg(test)]
 mod persist_tests;
+#[cfg(test)]
+mod read_now_tests;
 mod stats;
 mod storage;
 mod table;
@@ -56,6 +58,19 @@ pub trait ObjectReader: Send + Sync {
         range: Range<u64>,
         sequential: bool,
     ) -> Result<Bytes, StoreError>;
+
+    /// [`ObjectReader::read`] for a caller that must not wait (a FUSE worker): `Some` when the
+    /// bytes are at hand in memory, `None` when they must be fetched or read from a disk, with
+    /// nothing started (the caller then calls `read`, with the same `sequential`).
+    fn read_now(
+        &self,
+        _store: &Arc<dyn ObjectStore>,
+        _object: &ObjectVersion,
+        _range: Range<u64>,
+        _sequential: bool,
+    ) -> Option<Result<Bytes, StoreError>> {
+        None
+    }
 }
 
 /// Reads straight from the store: one ranged GET per request, nothing kept.

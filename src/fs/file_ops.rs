@@ -201,21 +201,70 @@ impl Fs {
             .ok_or(FsError::BadHandle(fh))
     }
 
+    /// Bytes `offset..offset + size` of an open file (fewer at its end): from the cache, the
+    /// store, or, for a file being written, its spill file and base.
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes> {
-        let handle = self.handle(fh)?;
-        let end = offset.saturating_add(u64::from(size));
+        match self.read_now(fh, offset, size) {
+            ReadNow::Answered(read) => read,
+            ReadNow::Later(later) => self.read_later(fh, offset, size, later).await,
+        }
+    }
+
+    /// [`Fs::read`] on the caller's thread (a FUSE worker's) when the bytes are at hand: a
+    /// cache hit in memory (`ObjectReader::read_now`). Otherwise what [`Fs::read_later`] needs
+    /// to finish the read on the runtime: the handle's stream has seen this read (it must see
+    /// each read once, or a sequential reader would look random).
+    pub fn read_now(&self, fh: u64, offset: u64, size: u32) -> ReadNow {
+        let handle = match self.handle(fh) {
+            Ok(handle) => handle,
+            Err(e) => return ReadNow::Answered(Err(e)),
+        };
         let sequential = handle.stream.observe(offset, u64::from(size));
+        let later = ReadNow::Later(ReadLater { sequential });
+        if handle.dirty.is_some() {
+            // A file being written reads its spill file, and perhaps its base: on the runtime.
+            return later;
+        }
+        let range = offset..offset.saturating_add(u64::from(size));
+        let engines = &self.engines;
+        let Some(read) =
+            (engines.reader).read_now(&handle.store, &handle.version, range, sequential)
+        else {
+            return later;
+        };
+        ReadNow::Answered(match read {
+            Ok(bytes) => {
+                engines.metrics.read_served(&handle.backend, bytes.len());
+                Ok(bytes)
+            }
+            Err(source) => Err(FsError::Store {
+                backend: handle.backend.clone(),
+                source,
+            }),
+        })
+    }
+
+    /// The rest of a read [`Fs::read_now`] could not answer: fetched, or read from a disk.
+    pub async fn read_later(
+        &self,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        later: ReadLater,
+    ) -> Result<Bytes> {
+        let handle = self.handle(fh)?;
+        let range = offset..offset.saturating_add(u64::from(size));
         let bytes = match &handle.dirty {
             Some(file) => {
                 self.engines
                     .writes
-                    .read(file, offset..end, sequential)
+                    .read(file, range, later.sequential)
                     .await?
             }
             None => self
                 .engines
                 .reader
-                .read(&handle.store, &handle.version, offset..end, sequential)
+                .read(&handle.store, &handle.version, range, later.sequential)
                 .await
                 .map_err(|source| FsError::Store {
                     backend: handle.backend.clone(),
@@ -304,6 +353,20 @@ impl Fs {
                 error = %e, "cannot delete a file unlinked while open"),
         }
     }
+}
+
+/// What [`Fs::read_now`] gives: the read's answer, or what finishing it later needs.
+#[derive(Debug)]
+pub enum ReadNow {
+    Answered(Result<Bytes>),
+    Later(ReadLater),
+}
+
+/// A read [`Fs::read_now`] has seen but not answered, for [`Fs::read_later`].
+#[derive(Debug, Clone, Copy)]
+pub struct ReadLater {
+    /// What the handle's stream made of the read.
+    sequential: bool,
 }
 
 /// An object unlinked while open whose last handle was released: to be deleted from the store

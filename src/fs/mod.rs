@@ -50,7 +50,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub use backend::{Backend, BackendSettings};
 pub use dir_ops::Listed;
 pub use error::{FsError, errno_name};
-pub use file_ops::Doomed;
+pub use file_ops::{Doomed, ReadLater, ReadNow};
 pub use inode::ROOT_INO;
 pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};

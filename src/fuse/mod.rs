@@ -3,9 +3,11 @@
 //! fuser runs a few worker threads reading /dev/fuse. A worker never waits on the network: every
 //! request that may reach the store is handed, with its reply object, to a tokio task, and the
 //! worker goes back to read the next request. What needs neither the store nor waiting is
-//! answered by the worker itself: a lookup of a name known absent, a directory's attributes
-//! known already, and a write the dirty bound has room for (all workers but one may put its
-//! bytes into the spill file at once: [`FuseAdapter::write_inline`]). While a request waits for
+//! answered by the worker itself (`answer_now`): a lookup of a known name, attributes known
+//! already, a read-only open of fresh metadata, a create, a release, a read of cached lines in
+//! memory and a write the dirty bound has room for (all workers but one may read from the
+//! cache or put bytes into the spill file at once: [`FuseAdapter::write_inline`],
+//! [`FuseAdapter::inline_slot`]). While a request waits for
 //! its answer it is in the session's in-flight table, which the no-progress watchdog
 //! ([`watchdog`]) sweeps. Every error reply is logged and counted in one place ([`errno`],
 //! [`refused`]).
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate,
@@ -33,7 +36,7 @@ use crate::warm::abi::{WARM_IOCTL, WarmRequest};
 
 use crate::fs::{
     Attr, BLOCK_SIZE, Creator, Fs, FsError, Kind, Listed, NameUse, OpenIo, OpenMode, Opened,
-    Registration, RenameFlags, Result as FsResult, SetAttr, errno_name, request_name,
+    ReadNow, Registration, RenameFlags, Result as FsResult, SetAttr, errno_name, request_name,
 };
 use watchdog::{InFlight, Pending, Watchdog};
 
@@ -68,9 +71,9 @@ pub struct FuseAdapter {
     kernel: Arc<OnceLock<KernelInit>>,
     /// Requests handed to the runtime and not answered yet (whether or not a watchdog looks).
     unanswered: Unanswered,
-    /// Workers writing on their own thread now ([`FuseAdapter::write_inline`]), and how many
-    /// may at once: all but one of the session's workers, so that one is always free to read
-    /// requests however slow the local disk is.
+    /// Workers writing or reading local bytes on their own thread now (`inline_slot`), and how
+    /// many may at once: all but one of the session's workers, so that one is always free to
+    /// read requests however slow the local disk is.
     inline_busy: AtomicUsize,
     inline_max: usize,
 }
@@ -128,8 +131,8 @@ impl FuseAdapter {
     }
 
     /// The number of worker threads reading requests for this adapter: all but one of them may
-    /// answer writes on their own thread ([`FuseAdapter::write_inline`]). Without it (or with
-    /// one worker) every write is handed to the runtime.
+    /// answer writes and cache hits on their own thread ([`FuseAdapter::inline_slot`]). Without
+    /// it (or with one worker) every write and read is handed to the runtime.
     pub fn workers(mut self, workers: usize) -> FuseAdapter {
         self.inline_max = workers.saturating_sub(1);
         self
@@ -261,8 +264,8 @@ impl FuseAdapter {
     }
 }
 
-/// A worker's turn to write on its own thread (see [`FuseAdapter::write_inline`]); given back
-/// when dropped.
+/// A worker's turn to write or read local bytes on its own thread (see
+/// [`FuseAdapter::inline_slot`]); given back when dropped.
 struct InlineSlot<'a>(&'a AtomicUsize);
 
 impl Drop for InlineSlot<'_> {
@@ -272,7 +275,8 @@ impl Drop for InlineSlot<'_> {
 }
 
 impl FuseAdapter {
-    /// A turn to write on this worker's thread, if fewer than `inline_max` workers are.
+    /// A turn to touch the local disk on this worker's thread (a write into the spill file, a
+    /// reply copied from a mapped cache file), if fewer than `inline_max` workers are.
     fn inline_slot(&self) -> Option<InlineSlot<'_>> {
         self.inline_busy
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |busy| {
@@ -639,11 +643,35 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn("read", ino, req, move |fs| async move {
-            match fs.read(fh.0, offset, size).await {
-                Ok(bytes) => reply.data(&bytes),
-                Err(e) => reply.error(errno(&fs, "read", ino, &e)),
+        let answer = move |fs: &Fs, read: FsResult<Bytes>, reply: ReplyData| match read {
+            Ok(bytes) => reply.data(&bytes),
+            Err(e) => reply.error(errno(fs, "read", ino, &e)),
+        };
+        // A cache hit in memory is answered on this worker, without the runtime. Only while
+        // another worker stays free, as for writes (`write_inline`): the reply copies from a
+        // mapped cache file, whose pages may have to come back from the disk.
+        let later = match self.inline_slot() {
+            Some(_slot) => {
+                let started = Instant::now();
+                let pending = self.pending("read", ino.0, req, started);
+                match self.fs.read_now(fh.0, offset, size) {
+                    ReadNow::Answered(read) => {
+                        answer(&self.fs, read, reply);
+                        drop(pending);
+                        self.fs.metrics().fuse_request("read", started.elapsed());
+                        return;
+                    }
+                    ReadNow::Later(later) => Some(later),
+                }
             }
+            None => None,
+        };
+        self.spawn("read", ino, req, move |fs| async move {
+            let read = match later {
+                Some(later) => fs.read_later(fh.0, offset, size, later).await,
+                None => fs.read(fh.0, offset, size).await,
+            };
+            answer(&fs, read, reply);
         });
     }
 

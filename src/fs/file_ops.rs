@@ -11,12 +11,12 @@ use super::inode::Node;
 use super::kernel_state::Record;
 use super::listing::FileMeta;
 use super::passthrough::{HandleIo, OpenKind};
+use super::unlinked::Doomed;
 use super::{
-    Backend, FileHandle, Fs, FsError, OpenIo, OpenMode, Opened, Result, SequentialDetector,
-    Unlinked, lock, pending_kind,
+    Backend, FileHandle, Fs, FsError, OpenIo, OpenMode, Opened, Result, SequentialDetector, lock,
+    pending_kind,
 };
 use crate::cache::ObjectVersion;
-use crate::manifest::delta::Change;
 use crate::warm::abi::WarmReport;
 use crate::write::{DirtyFile, Target};
 
@@ -327,31 +327,7 @@ impl Fs {
             self.engines.writes.commit_in_background(file);
             self.engines.writes.release(file);
         }
-        // Whether this was the last handle, and taking the unlinked record if so, happen under
-        // the `unlinked` lock, which `unlink` holds while it checks for open handles and records
-        // the name: so exactly one of the two deletes the object, never neither.
-        let mut records = lock(&self.unlinked);
-        let still_open = lock(&self.files).values().any(|h| h.ino == handle.ino);
-        let id = (handle.store.id().to_string(), handle.version.key.clone());
-        let unlinked = match records.get(&id) {
-            Some(u) if u.ino == handle.ino && !still_open => records.remove(&id)?,
-            _ => return None,
-        };
-        Some(Doomed { handle, unlinked })
-    }
-
-    /// Deletes an object unlinked while open, whose last handle `release_now` closed.
-    pub async fn delete_unlinked(&self, doomed: Doomed) {
-        let Doomed { handle, unlinked } = doomed;
-        match unlinked.settings.store.delete(&handle.version.key).await {
-            Ok(()) => {
-                (unlinked.settings)
-                    .record(&handle.backend, &unlinked.path, Change::Deleted)
-                    .await
-            }
-            Err(e) => tracing::warn!(backend = %handle.backend, key = %handle.version.key,
-                error = %e, "cannot delete a file unlinked while open"),
-        }
+        self.doomed_by_release(handle)
     }
 }
 
@@ -367,13 +343,6 @@ pub enum ReadNow {
 pub struct ReadLater {
     /// What the handle's stream made of the read.
     sequential: bool,
-}
-
-/// An object unlinked while open whose last handle was released: to be deleted from the store
-/// (`Fs::delete_unlinked`).
-pub struct Doomed {
-    handle: Arc<FileHandle>,
-    unlinked: Unlinked,
 }
 
 /// The backend and metadata of `node` if it is a file `mode` may open.

@@ -39,6 +39,7 @@ mod recent;
 mod restore;
 mod stream;
 mod subtree;
+mod unlinked;
 mod write_ops;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -50,12 +51,13 @@ use std::time::{Duration, Instant, SystemTime};
 pub use backend::{Backend, BackendSettings};
 pub use dir_ops::Listed;
 pub use error::{FsError, errno_name};
-pub use file_ops::{Doomed, ReadLater, ReadNow};
+pub use file_ops::{ReadLater, ReadNow};
 pub use inode::ROOT_INO;
 pub use kernel_state::{KernelState, Restored};
 pub use listing::{ChildKind, FileMeta, valid_name};
 pub use meta_ops::Creator;
 pub use passthrough::{Backing, OpenIo, Registration};
+pub use unlinked::Doomed;
 pub use write_ops::{RenameFlags, SetAttr, WrittenNow};
 
 use crate::cache::ObjectVersion;
@@ -241,15 +243,6 @@ struct DirHandle {
     listed_at: Option<Instant>,
 }
 
-/// An object unlinked while a handle was open on it.
-struct Unlinked {
-    ino: u64,
-    /// The backend's settings when it was unlinked: its store, and its manifest to record the
-    /// deletion in once it happens.
-    settings: Arc<BackendSettings>,
-    path: String,
-}
-
 struct DirSnapshot {
     children: Arc<BTreeMap<String, ChildKind>>,
     fetched: Instant,
@@ -284,8 +277,9 @@ pub struct Fs {
     /// written: metadata of theirs from a listing snapshot may predate the commit, so opens ask
     /// the store until the TTL has passed since.
     written: Mutex<HashMap<(String, String), Instant>>,
-    /// Objects unlinked while open: hidden from lookups and listings, deleted at the last close.
-    unlinked: Mutex<HashMap<(String, String), Unlinked>>,
+    /// Objects unlinked while open: hidden from lookups and listings, deleted at the last close
+    /// (see `unlinked`).
+    unlinked: Mutex<HashMap<(String, String), unlinked::Unlinked>>,
     files: Mutex<HashMap<u64, Arc<FileHandle>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     next_handle: AtomicU64,

@@ -1104,3 +1104,57 @@ async fn a_files_fresh_attributes_are_answered_without_waiting() {
     assert_eq!(unlinked, f.fs.getattr(file.ino).await.expect("getattr"));
     f.fs.release(fh).await;
 }
+
+/// A name taken again while the object unlinked there (open when it was unlinked) is being
+/// deleted: the create waits for the deletion, so the new object lands after the DELETE of the
+/// old one, never under it (a `close` reported the new file written; the late DELETE removed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_over_an_unlinked_object_being_deleted_lands_after_the_deletion() {
+    let f = writable(&[("g", b"old")]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let old = resolve(&f.fs, "data/g").await.expect("g");
+    let fh = (f.fs.open(old.ino, OpenMode::default()).await)
+        .expect("open")
+        .fh;
+    f.fs.unlink(data.ino, "g").await.expect("unlink");
+    let doomed = (f.fs.release_now(fh)).expect("the last handle of an unlinked object");
+    assert!(
+        f.fs.create_now(data.ino, "g", None).is_none(),
+        "the old object is being deleted: no create on the spot"
+    );
+    let create = f.fs.create_as(data.ino, "g", None);
+    tokio::pin!(create);
+    assert!(
+        futures::poll!(&mut create).is_pending(),
+        "the create waits for the deletion"
+    );
+    f.fs.delete_unlinked(doomed).await;
+    assert!(stored(&f, "g").is_none(), "the old object is deleted");
+    let (_, fh) = create.await.expect("the create, once the deletion is done");
+    f.fs.write(fh, 0, b"new").await.expect("write");
+    f.fs.fsync(fh).await.expect("fsync");
+    f.fs.release(fh).await;
+    assert_eq!(stored(&f, "g").as_deref(), Some(&b"new"[..]));
+
+    // With no deletion under way, a create of an unlinked-while-open name takes it: the old
+    // object is not deleted at its last release, which would delete the new one.
+    let fh = (f.fs.open(
+        resolve(&f.fs, "data/g").await.expect("g").ino,
+        OpenMode::default(),
+    ))
+    .await
+    .expect("open")
+    .fh;
+    f.fs.unlink(data.ino, "g").await.expect("unlink");
+    let (_, created) = (f.fs.create_now(data.ino, "g", None))
+        .expect("nothing being deleted")
+        .expect("create");
+    f.fs.write(created, 0, b"newer").await.expect("write");
+    f.fs.fsync(created).await.expect("fsync");
+    f.fs.release(created).await;
+    assert!(
+        f.fs.release_now(fh).is_none(),
+        "the name was taken: nothing to delete"
+    );
+    assert_eq!(stored(&f, "g").as_deref(), Some(&b"newer"[..]));
+}

@@ -15,9 +15,10 @@ use super::listing::{self, ChildKind, NAME_MAX, valid_name};
 use super::meta_ops::Creator;
 use super::passthrough::{HandleIo, OpenKind};
 use super::posix::{S_IFDIR, S_IFREG};
+use super::unlinked::Unlinked;
 use super::{
-    Attr, Backend, BackendSettings, FileHandle, Fs, FsError, Result, SequentialDetector, Unlinked,
-    lock, pending_kind,
+    Attr, Backend, BackendSettings, FileHandle, Fs, FsError, Result, SequentialDetector, lock,
+    pending_kind,
 };
 use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
@@ -124,6 +125,8 @@ impl Fs {
         creator: Option<Creator>,
     ) -> Result<(Attr, u64)> {
         let (dir, target) = self.new_file(parent, name)?;
+        self.claim_name_waiting(target.store.id(), &target.key)
+            .await;
         let file = self.engines.writes.create(target).await;
         self.created(parent, name, dir, file, creator)
     }
@@ -140,21 +143,21 @@ impl Fs {
             Ok(new) => new,
             Err(e) => return Some(Err(e)),
         };
+        if self.claim_name(target.store.id(), &target.key).is_some() {
+            // The old object of an unlinked-while-open name is being deleted: `create_as` waits.
+            return None;
+        }
         let file = self.engines.writes.create_now(target)?;
         Some(self.created(parent, name, dir, file, creator))
     }
 
     /// Where a new file `name` in `parent` is written, once the name and the directory are
-    /// found fit for it.
+    /// found fit for it. The caller then claims the name (`Fs::claim_name`).
     fn new_file(&self, parent: u64, name: &str) -> Result<(WritableDir, Target)> {
         Self::check_new_name(name)?;
         let dir = self.writable_dir(parent)?;
         let path = listing::child_path(&dir.node.path, name);
-        let key = dir.settings.key_of(&path);
-        dir.settings.check_key_len(&key)?;
-        let store_id = dir.settings.store.id().to_string();
-        // A name unlinked while open is taken again: its old object must not be deleted later.
-        lock(&self.unlinked).remove(&(store_id, key));
+        dir.settings.check_key_len(&dir.settings.key_of(&path))?;
         let target = dir.settings.target(&dir.backend.dir_name, &path);
         Ok((dir, target))
     }
@@ -457,6 +460,7 @@ impl Fs {
                         ino,
                         settings: dir.settings.clone(),
                         path: path.clone(),
+                        deleting: None,
                     },
                 );
             }
@@ -660,6 +664,10 @@ impl Fs {
                 if matches!(existing, Some(ChildKind::Dir { .. })) {
                     return Err(FsError::IsADirectory);
                 }
+                // The destination becomes a new object: an older one there unlinked while
+                // open must not be deleted after it lands.
+                let new_key = settings.key_of(&new_path);
+                self.claim_name_waiting(settings.store.id(), &new_key).await;
                 let owner = kind.owner();
                 self.rename_file(&from.backend, settings, &path, &new_path, owner)
                     .await?

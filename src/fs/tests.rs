@@ -1158,3 +1158,26 @@ async fn a_create_over_an_unlinked_object_being_deleted_lands_after_the_deletion
     );
     assert_eq!(stored(&f, "g").as_deref(), Some(&b"newer"[..]));
 }
+
+/// A deletion of an unlinked-while-open object that never finishes (its task dropped) does not
+/// keep the name from being created again.
+#[tokio::test]
+async fn a_deletion_given_up_frees_the_name() {
+    let f = writable(&[("g", b"old")]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let old = resolve(&f.fs, "data/g").await.expect("g");
+    let fh = (f.fs.open(old.ino, OpenMode::default()).await)
+        .expect("open")
+        .fh;
+    f.fs.unlink(data.ino, "g").await.expect("unlink");
+    let doomed = (f.fs.release_now(fh)).expect("the last handle of an unlinked object");
+    assert!(f.fs.create_now(data.ino, "g", None).is_none());
+    drop(doomed);
+    let (_, fh) = (f.fs.create_now(data.ino, "g", None))
+        .expect("the name is free")
+        .expect("create");
+    f.fs.write(fh, 0, b"new").await.expect("write");
+    f.fs.fsync(fh).await.expect("fsync");
+    f.fs.release(fh).await;
+    assert_eq!(stored(&f, "g").as_deref(), Some(&b"new"[..]));
+}

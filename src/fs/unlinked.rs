@@ -93,7 +93,10 @@ impl Fs {
     pub(super) fn claim_name(&self, store_id: &str, key: &str) -> Option<watch::Receiver<()>> {
         let id = (store_id.to_string(), key.to_string());
         let mut records = lock(&self.unlinked);
-        if let Some(deleting) = records.get(&id).and_then(|u| u.deleting.clone()) {
+        let deleting = records.get(&id).and_then(|u| u.deleting.clone());
+        // A closed channel with the record still there: the deletion was given up (its task
+        // dropped); the new object replaces the old one anyway.
+        if let Some(deleting) = deleting.filter(|d| d.has_changed().is_ok()) {
             return Some(deleting);
         }
         records.remove(&id);

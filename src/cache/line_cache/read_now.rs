@@ -45,8 +45,8 @@ impl LineCache {
         }
         let parts = self.pin_ready(store, object, range.start..end, sequential)?;
         let storage = &self.shared.storage;
-        // Storage reached only through system calls (a line file read with `pread`, the disk
-        // tier) is read off the runtime by `read`: `None`, and the pins go.
+        // Storage reached only through system calls (`per-inode-file`: its line files are read
+        // with `pread`) is read off the runtime by `read`: `None`, and the pins go.
         let addresses = parts
             .iter()
             .map(|part| storage.address(&part.placement, part.offset, part.len))

@@ -1105,12 +1105,9 @@ async fn a_files_fresh_attributes_are_answered_without_waiting() {
     f.fs.release(fh).await;
 }
 
-/// A name taken again while the object unlinked there (open when it was unlinked) is being
-/// deleted: the create waits for the deletion, so the new object lands after the DELETE of the
-/// old one, never under it (a `close` reported the new file written; the late DELETE removed it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_create_over_an_unlinked_object_being_deleted_lands_after_the_deletion() {
-    let f = writable(&[("g", b"old")]);
+/// The backend directory of `f` (over object `g`), and `g` unlinked while open and its last
+/// handle released: its deletion under way, not yet sent.
+async fn g_unlinked_while_open_and_released(f: &Fixture) -> (Attr, crate::fs::Doomed) {
     let data = resolve(&f.fs, "data").await.expect("data");
     let old = resolve(&f.fs, "data/g").await.expect("g");
     let fh = (f.fs.open(old.ino, OpenMode::default()).await)
@@ -1118,6 +1115,16 @@ async fn a_create_over_an_unlinked_object_being_deleted_lands_after_the_deletion
         .fh;
     f.fs.unlink(data.ino, "g").await.expect("unlink");
     let doomed = (f.fs.release_now(fh)).expect("the last handle of an unlinked object");
+    (data, doomed)
+}
+
+/// A name taken again while the object unlinked there (open when it was unlinked) is being
+/// deleted: the create waits for the deletion, so the new object lands after the DELETE of the
+/// old one, never under it (a `close` reported the new file written; the late DELETE removed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_over_an_unlinked_object_being_deleted_lands_after_the_deletion() {
+    let f = writable(&[("g", b"old")]);
+    let (data, doomed) = g_unlinked_while_open_and_released(&f).await;
     assert!(
         f.fs.create_now(data.ino, "g", None).is_none(),
         "the old object is being deleted: no create on the spot"
@@ -1164,13 +1171,7 @@ async fn a_create_over_an_unlinked_object_being_deleted_lands_after_the_deletion
 #[tokio::test]
 async fn a_deletion_given_up_frees_the_name() {
     let f = writable(&[("g", b"old")]);
-    let data = resolve(&f.fs, "data").await.expect("data");
-    let old = resolve(&f.fs, "data/g").await.expect("g");
-    let fh = (f.fs.open(old.ino, OpenMode::default()).await)
-        .expect("open")
-        .fh;
-    f.fs.unlink(data.ino, "g").await.expect("unlink");
-    let doomed = (f.fs.release_now(fh)).expect("the last handle of an unlinked object");
+    let (data, doomed) = g_unlinked_while_open_and_released(&f).await;
     assert!(f.fs.create_now(data.ino, "g", None).is_none());
     drop(doomed);
     let (_, fh) = (f.fs.create_now(data.ino, "g", None))

@@ -209,7 +209,13 @@ pub(super) async fn commit_once(
     };
     tracing::debug!(backend = %target.backend, key = %target.key, size = snapshot.size,
         elapsed = ?started.elapsed(), "committed");
-    finish(inner, file, snapshot.generation, committed, body).await;
+    let generation = snapshot.generation;
+    // Let go of the spill file before the rebase does: a clean file's spill directory is taken
+    // back as a spare only if nothing else holds its data (`Leftover::dispose`), and a
+    // snapshot dropped after it lost that race to the blocking pool under load, making a
+    // directory removed and another one made for the next file.
+    drop(snapshot);
+    finish(inner, file, generation, committed, body).await;
     let mut state = file.state();
     if state.metadata_version != settled && !state.deleted {
         // Changed between the fix-up and the rebase: one more commit carries it.

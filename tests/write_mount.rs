@@ -505,3 +505,54 @@ async fn appends_and_exclusive_creates_behave_as_on_a_local_filesystem() {
     eventually_stored(&garage, "append", "log", b"one\ntwo\nthree\n").await;
     eventually_stored(&garage, "append", "fresh", b"").await;
 }
+
+/// A file this mount has just written is not asked of the store again: within the TTL, `stat`
+/// a read and a rename of it cost no HEAD, whether the close waited for the commit
+/// (`flush_on_close`) or it landed in the background, and they show what was written. Renamed
+/// away, the name is gone and the new one shows the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_just_written_is_not_asked_of_the_store_again() {
+    let garage = Garage::start();
+    for (bucket, extra) in [
+        ("landed-on-close", "    flush_on_close: true\n"),
+        ("landed-in-background", ""),
+    ] {
+        garage.create_bucket(bucket);
+        let config = writable_config(&garage, bucket, "entry_attr_ttl: 60000\n", extra);
+        let m = MsfsMount::start(&config, "yaml").expect("mount");
+        // A directory this mount made: a lookup of a name it does not hold asks nothing either.
+        let dir = m.path().join("data/d");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let path = dir.join("f.txt");
+        std::fs::write(&path, b"hello").expect("write");
+        eventually_stored(&garage, bucket, "d/f.txt", b"hello").await;
+
+        let heads = garage.s3_requests("HeadObject");
+        let seen = std::fs::metadata(&path).expect("stat");
+        assert_eq!(seen.len(), 5, "{bucket}: the written size");
+        assert_eq!(common::read_direct(&path), b"hello", "{bucket}");
+        let again = std::fs::metadata(&path).expect("stat again");
+        assert_eq!(
+            again.modified().expect("mtime"),
+            seen.modified().expect("mtime"),
+            "{bucket}: the time stays what it was"
+        );
+        assert_eq!(
+            garage.s3_requests("HeadObject") - heads,
+            0,
+            "{bucket}: the commit said what the store holds"
+        );
+
+        let moved = dir.join("g.txt");
+        std::fs::rename(&path, &moved).expect("rename");
+        assert_eq!(
+            garage.s3_requests("HeadObject") - heads,
+            0,
+            "{bucket}: the rename copies the version the commit left"
+        );
+        assert!(!path.exists(), "{bucket}: the old name is gone");
+        assert_eq!(common::read_direct(&moved), b"hello", "{bucket}");
+        assert_eq!(garage.try_get_object(bucket, "d/f.txt").await, None);
+        assert_eq!(garage.get_object(bucket, "d/g.txt").await, b"hello");
+    }
+}

@@ -11,6 +11,8 @@ use super::inode::Node;
 use super::listing::{self, ChildKind, FileMeta, valid_name};
 use super::manifest_listing;
 use super::{Attr, Backend, Fs, FsError, Kind, ROOT_INO, Result, lock, pending_kind};
+use crate::manifest::format::Ownership;
+use crate::write::RecentCommit;
 
 /// What a name is by what this process knows already ([`Fs::resolve_known`]).
 enum Known {
@@ -155,13 +157,20 @@ impl Fs {
         if self.is_unlinked(settings.store.id(), &key) {
             return Err(FsError::NotFound);
         }
+        // What a manifest row said of the name's owner, kept while this mount writes it.
+        let owner_of = |dir: u64, name: &str| {
+            let inodes = lock(&self.inodes);
+            let known = inodes.child(dir, name).and_then(|ino| inodes.get(ino));
+            known.and_then(|node| node.kind.owner())
+        };
         if let Some(file) = self.engines.writes.find(settings.store.id(), &key) {
-            let owner = {
-                let inodes = lock(&self.inodes);
-                let known = inodes.child(dir.ino, name).and_then(|ino| inodes.get(ino));
-                known.and_then(|node| node.kind.owner())
-            };
-            return Ok(Known::Found(pending_kind(file.meta(), owner)));
+            return Ok(Known::Found(pending_kind(
+                file.meta(),
+                owner_of(dir.ino, name),
+            )));
+        }
+        if let Some(kind) = self.committed_kind(&settings, &key, owner_of(dir.ino, name)) {
+            return Ok(Known::Found(kind));
         }
         // A listing may have caught a file this mount wrote while it was being written (an
         // early size); until the TTL has passed since, only the store knows its version.
@@ -180,6 +189,40 @@ impl Fs {
             }
             None => Known::Ask,
         })
+    }
+
+    /// What this process's own commit left at `key`, if the write engine has let go of the file
+    /// within the TTL and nothing here has written the name since (`write::recent_commits`): the store
+    /// holds it, unless another client replaced it, which the TTL allows for as with any
+    /// answer.
+    pub(super) fn fresh_commit(&self, store: &str, key: &str) -> Option<RecentCommit> {
+        self.engines
+            .writes
+            .recent_commit(store, key)
+            .filter(|commit| {
+                commit.at.elapsed() < self.options.ttl && !self.written_since(store, key, commit.at)
+            })
+    }
+
+    /// [`Fs::fresh_commit`] as the name's kind; a `posix_metadata` backend learns the object's
+    /// metadata from it too.
+    fn committed_kind(
+        &self,
+        settings: &BackendSettings,
+        key: &str,
+        owner: Option<Ownership>,
+    ) -> Option<ChildKind> {
+        let store = settings.store.id();
+        let commit = self.fresh_commit(store, key)?;
+        if settings.posix_metadata {
+            self.metadata.put(store, key, commit.metadata);
+        }
+        Some(ChildKind::File(FileMeta {
+            size: commit.version.size,
+            etag: commit.version.etag,
+            mtime: commit.mtime,
+            owner,
+        }))
     }
 
     fn is_unlinked(&self, store_id: &str, key: &str) -> bool {
@@ -326,6 +369,14 @@ impl Fs {
             if let Some(file) = written {
                 node.kind = pending_kind(file.meta(), node.kind.owner());
             }
+            return Some(Ok(node.clone()));
+        }
+        if let Some(kind) = self.committed_kind(&settings, &key, node.kind.owner()) {
+            let mut inodes = lock(&self.inodes);
+            let Some(node) = inodes.get_mut(ino) else {
+                return Some(Err(FsError::UnknownInode(ino)));
+            };
+            node.kind = kind;
             return Some(Ok(node.clone()));
         }
         // An empty ETag marks metadata last seen in the write engine, which has let go of the

@@ -285,7 +285,12 @@ impl Fs {
         }
         let replaced = settings.store.replace_metadata(&key, &wanted, None).await;
         match replaced {
-            Ok(put) => self.note_new_etag(ino, &put.etag),
+            Ok(put) => {
+                self.note_new_etag(ino, &put.etag);
+                // Changed here: neither a listing asked for before now nor what this mount's
+                // last commit left there (`write::recent_commits`) is the object any more.
+                self.note_written(store, &key);
+            }
             // A directory without a marker gets one, carrying the metadata.
             Err(StoreError::NotFound { .. }) if node.is_dir() => {
                 let empty = Arc::new(InMemory(Bytes::new()));

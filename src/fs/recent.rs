@@ -21,6 +21,13 @@ impl Fs {
         written.insert((store_id.to_string(), key.to_string()), Instant::now());
     }
 
+    /// Whether this process wrote `key` (or renamed a file onto it) after `since`.
+    pub(super) fn written_since(&self, store_id: &str, key: &str, since: Instant) -> bool {
+        lock(&self.written)
+            .get(&(store_id.to_string(), key.to_string()))
+            .is_some_and(|at| *at > since)
+    }
+
     pub(super) fn recently_written(&self, store_id: &str, key: &str) -> bool {
         lock(&self.written)
             .get(&(store_id.to_string(), key.to_string()))

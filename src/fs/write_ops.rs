@@ -820,16 +820,23 @@ impl Fs {
             // What was written must be in the store before it can be copied server-side.
             writes.commit(&file).await?;
         }
-        let head = store
-            .head(&key)
-            .await
-            .map_err(|e| Self::store_error(backend, e))?
-            .ok_or(FsError::NotFound)?;
         // The version the copy may take its parts from: one replaced midway fails the rename.
-        let source = ObjectVersion {
-            key: key.clone(),
-            etag: head.etag,
-            size: head.size,
+        // What this mount's own commit just left needs no HEAD (`rsync` renames every file it
+        // has just written).
+        let source = match self.fresh_commit(store.id(), &key) {
+            Some(commit) => commit.version,
+            None => {
+                let head = store
+                    .head(&key)
+                    .await
+                    .map_err(|e| Self::store_error(backend, e))?
+                    .ok_or(FsError::NotFound)?;
+                ObjectVersion {
+                    key: key.clone(),
+                    etag: head.etag,
+                    size: head.size,
+                }
+            }
         };
         // Whatever was being written at the destination is replaced: dropped, and any commit
         // of it finished, before the copy, so that it cannot land on top of the copy.

@@ -340,6 +340,7 @@ fn rebase(
     let (released, clean, leftover) = {
         let mut state = file.state();
         state.committed = generation;
+        state.commit_landed = true;
         // A commit that lands clears any unreported failure of an earlier one.
         state.failure = None;
         state.stranded = false;

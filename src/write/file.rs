@@ -90,6 +90,8 @@ pub(super) struct State {
     pub generation: u64,
     /// The generation the store holds.
     pub committed: u64,
+    /// A commit of this file has landed: `base` is what it left in the store.
+    pub commit_landed: bool,
     /// The smallest size since the running commit took its snapshot.
     pub low_water: u64,
     /// The user metadata the next commit gives the object (`posix_metadata`: mode, owner,
@@ -299,6 +301,7 @@ impl DirtyFile {
                 writers: 0,
                 generation: 0,
                 committed,
+                commit_landed: false,
                 low_water: size,
                 metadata: Metadata::new(),
                 metadata_version: 0,

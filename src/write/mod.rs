@@ -36,6 +36,7 @@ mod file;
 mod journal;
 pub mod plan;
 mod read;
+mod recent_commits;
 mod schedule;
 mod spill;
 
@@ -43,7 +44,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
@@ -51,6 +52,7 @@ pub use cleanup::abort_stale_uploads;
 pub use error::WriteError;
 pub use extents::Extents;
 pub use file::{CommitObserver, DirtyFile, DirtyMeta, Target};
+pub use recent_commits::RecentCommit;
 
 use crate::cache::{LineCache, ObjectReader, ObjectVersion};
 use crate::private_dir::{self, PrivateDir};
@@ -124,6 +126,8 @@ struct Inner {
     journal: Arc<UploadJournal>,
     /// (store id, key) → the file being written there.
     files: Mutex<HashMap<(String, String), Arc<DirtyFile>>>,
+    /// What commits left at names whose files the engine has let go of since.
+    recent_commits: Mutex<recent_commits::RecentCommits>,
     /// Names the spill files: unique in the process, never reused (a directory being removed
     /// in the background is never confused with a new one). Shared with `spares`.
     next_spill: Arc<AtomicU64>,
@@ -176,6 +180,7 @@ impl WriteEngine {
                 recovering: tokio::sync::Mutex::new(()),
                 journal: Arc::new(journal),
                 files: Mutex::new(HashMap::new()),
+                recent_commits: Mutex::default(),
                 next_spill,
                 commit_slots: Semaphore::new(commit_slots(&config)),
                 streamed_parts: Arc::new(Semaphore::new(streamed_part_slots(&config))),
@@ -196,6 +201,14 @@ impl WriteEngine {
             .files()
             .get(&(store_id.to_string(), key.to_string()))
             .cloned()
+    }
+
+    /// What this process's last commit at `key` left in the store, if the engine has let go of
+    /// that file since and nothing has deleted, renamed away or replaced it here (`recent_commits`).
+    pub fn recent_commit(&self, store_id: &str, key: &str) -> Option<RecentCommit> {
+        self.inner
+            .recent_commits()
+            .get(&(store_id.to_string(), key.to_string()))
     }
 
     /// Files being written directly under `dir_prefix` (a key prefix ending in "/", or ""),
@@ -279,10 +292,11 @@ impl WriteEngine {
     /// once no commit of it is running, so that a commit already sending bytes cannot land
     /// after the caller's delete or new version and resurrect the old content.
     pub async fn forget(&self, store_id: &str, key: &str) {
-        let removed = self
-            .inner
-            .files()
-            .remove(&(store_id.to_string(), key.to_string()));
+        let name = (store_id.to_string(), key.to_string());
+        let removed = self.inner.files().remove(&name);
+        // After the file's removal: a let-go that records what its commit left does so only
+        // while the map still holds the file (`let_go_if_done`).
+        self.inner.recent_commits().forget(&name);
         let Some(file) = removed else {
             return;
         };
@@ -384,6 +398,12 @@ impl Inner {
         self.files.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn recent_commits(&self) -> MutexGuard<'_, recent_commits::RecentCommits> {
+        self.recent_commits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Drops the engine's reference to a file that is clean (or deleted), unused and not being
     /// committed: its content is now simply the object's.
     ///
@@ -404,6 +424,21 @@ impl Inner {
             }
             if files.get(&id).is_some_and(|f| Arc::ptr_eq(f, file)) {
                 files.remove(&id);
+                // Recorded under the map's lock: a `forget` of the name, or a new file there
+                // (whose let-go records its own), comes after.
+                if state.commit_landed
+                    && !state.deleted
+                    && !state.is_dirty()
+                    && let Some(version) = state.base.clone()
+                {
+                    let commit = RecentCommit {
+                        version,
+                        mtime: state.mtime,
+                        metadata: state.metadata_now(),
+                        at: Instant::now(),
+                    };
+                    self.recent_commits().record(id.clone(), commit);
+                }
             }
             // A clean file's spill can be left after a commit that landed while a write was
             // still putting bytes in it (and then failed): its content is now the object's.

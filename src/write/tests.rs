@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::*;
 use crate::cache::DirectReader;
 use crate::store::testing::TestStore;
@@ -118,6 +120,76 @@ async fn a_small_file_is_committed_with_one_put() {
         f.engine.find("test-store", "small").is_none(),
         "clean and closed: let go"
     );
+}
+
+#[tokio::test]
+async fn what_a_commit_left_is_known_once_the_file_is_let_go_until_the_name_is_forgotten() {
+    for threshold in [64 * MIB, 5 * MIB] {
+        let f = fixture(threshold, 1 << 30);
+        let file = f.engine.create(f.target("kept")).await;
+        let body = vec![3u8; 6 * MIB as usize];
+        f.engine.write(&file, 0, &body).await.expect("write");
+        f.engine.commit(&file).await.expect("commit");
+        assert_eq!(
+            f.engine.recent_commit("test-store", "kept"),
+            None,
+            "held by a handle: the engine's file answers"
+        );
+        let mtime = file.meta().mtime;
+        f.engine.release(&file);
+        let landed = f
+            .engine
+            .recent_commit("test-store", "kept")
+            .expect("recorded");
+        assert_eq!(
+            landed.version,
+            f.version("kept").await,
+            "threshold {threshold}"
+        );
+        assert_eq!(landed.mtime, mtime, "the time stat showed while writing");
+
+        // Written again: the second commit's result replaces the first.
+        let file = f
+            .engine
+            .open(f.target("kept"), Some(landed.version.clone()));
+        f.engine.write(&file, 0, b"changed").await.expect("write");
+        f.engine.commit(&file).await.expect("commit");
+        f.engine.release(&file);
+        let again = f
+            .engine
+            .recent_commit("test-store", "kept")
+            .expect("recorded");
+        assert_eq!(again.version, f.version("kept").await);
+        assert_ne!(again.version.etag, landed.version.etag);
+
+        f.engine.forget("test-store", "kept").await;
+        assert_eq!(
+            f.engine.recent_commit("test-store", "kept"),
+            None,
+            "deleted or renamed away"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_file_let_go_without_a_commit_records_nothing() {
+    let f = fixture(64 * MIB, 1 << 30);
+    f.store
+        .put("old", Bytes::from_static(b"old bytes"))
+        .await
+        .expect("put");
+    let file = f.engine.open(f.target("old"), Some(f.version("old").await));
+    f.engine.release(&file);
+    assert_eq!(
+        f.engine.recent_commit("test-store", "old"),
+        None,
+        "opened and closed unwritten: its time and version are the store's to say"
+    );
+    let deleted = f.engine.create(f.target("gone")).await;
+    f.engine.write(&deleted, 0, b"bytes").await.expect("write");
+    f.engine.forget("test-store", "gone").await;
+    f.engine.release(&deleted);
+    assert_eq!(f.engine.recent_commit("test-store", "gone"), None);
 }
 
 /// Remembers every commit it hears about.

@@ -23,28 +23,10 @@ RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
 BUILDS=("a=$MSFS")
 [ -z "${MSFS_B:-}" ] || BUILDS+=("b=$MSFS_B")
 
-export MSFS_S3_PORT=${MSFS_S3_PORT:-39300}
-stop_server() { bash scripts/local-s3.sh stop "$WORK/s3" >/dev/null 2>&1 || true; cleanup; }
-trap stop_server EXIT
-bash scripts/local-s3.sh start "$WORK/s3" split >/dev/null
-# shellcheck disable=SC1091
-source "$WORK/s3/env"
+trap 'stop_garage; cleanup' EXIT
+start_garage split
 mkdir -p "$M" "$WORK/cache"
-cat > "$WORK/msfs.yaml" <<YAML
-msfs_version: 1
-cache_dir_path: $WORK/cache
-backends:
-  - dir_name: b
-    backend_type: S3
-    bucket_container_name: split
-    readonly: false
-    flush_on_close: true
-    S3:
-      endpoint: $AWS_ENDPOINT
-      region: us-east-1
-      access_key_id: \${AWS_ACCESS_KEY_ID}
-      secret_access_key: \${AWS_SECRET_ACCESS_KEY}
-YAML
+write_msfs_config "$WORK/msfs.yaml" "$WORK/cache" split "flush_on_close: true"
 
 create() {
     python3 - "$1" "$FILES" <<'PY'
@@ -70,9 +52,7 @@ PY
 for run in $(seq "$RUNS"); do
     for build in "${BUILDS[@]}"; do
         name=${build%%=*} bin=${build#*=}
-        "$bin" mount "$WORK/msfs.yaml" "$M" > "$WORK/daemon-$name-$run.log" 2>&1 &
-        DAEMON=$!
-        for _ in $(seq 100); do grep -qs " $M " /proc/self/mounts && break; sleep 0.1; done
+        start_msfs "$bin" "$WORK/msfs.yaml" "$M" "$WORK/daemon-$name-$run.log"
         echo -n "run $run msfs $name: "
         create "$M/b/$name-$run"
         umount "$M"

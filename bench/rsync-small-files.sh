@@ -21,38 +21,22 @@ FLUSH_ON_CLOSE=${3:-true}
 BUILDS=("a=$MSFS")
 [ -z "${MSFS_B:-}" ] || BUILDS+=("b=$MSFS_B")
 
-export MSFS_S3_PORT=${MSFS_S3_PORT:-39300}
-stop_server() { bash scripts/local-s3.sh stop "$WORK/s3" >/dev/null 2>&1 || true; cleanup; }
-trap stop_server EXIT
-bash scripts/local-s3.sh start "$WORK/s3" rsync >/dev/null
-# shellcheck disable=SC1091
-source "$WORK/s3/env"
+trap 'stop_garage; cleanup' EXIT
+start_garage rsync
 ADMIN="http://127.0.0.1:$((MSFS_S3_PORT + 2))/metrics"
-requests() { curl -s "$ADMIN" | awk -v api="$1" -F' ' '$1 == "api_s3_request_counter{api_endpoint=\""api"\"}" {print $2}'; }
+# The requests of API $1 garage has answered so far.
+requests() {
+    curl -s "$ADMIN" |
+        awk -v series="api_s3_request_counter{api_endpoint=\"$1\"}" '$1 == series {print $2}'
+}
 mkdir -p "$M" "$WORK/cache" "$WORK/src"
 for i in $(seq "$FILES"); do echo "file $i" > "$WORK/src/f$i"; done
-cat > "$WORK/msfs.yaml" <<YAML
-msfs_version: 1
-cache_dir_path: $WORK/cache
-backends:
-  - dir_name: b
-    backend_type: S3
-    bucket_container_name: rsync
-    readonly: false
-    flush_on_close: $FLUSH_ON_CLOSE
-    S3:
-      endpoint: $AWS_ENDPOINT
-      region: us-east-1
-      access_key_id: \${AWS_ACCESS_KEY_ID}
-      secret_access_key: \${AWS_SECRET_ACCESS_KEY}
-YAML
+write_msfs_config "$WORK/msfs.yaml" "$WORK/cache" rsync "flush_on_close: $FLUSH_ON_CLOSE"
 
 for run in $(seq "$RUNS"); do
     for build in "${BUILDS[@]}"; do
         name=${build%%=*} bin=${build#*=}
-        "$bin" mount "$WORK/msfs.yaml" "$M" > "$WORK/daemon-$name-$run.log" 2>&1 &
-        DAEMON=$!
-        for _ in $(seq 100); do grep -qs " $M " /proc/self/mounts && break; sleep 0.1; done
+        start_msfs "$bin" "$WORK/msfs.yaml" "$M" "$WORK/daemon-$name-$run.log"
         mkdir "$M/b/$name-$run"
         heads=$(requests HeadObject) lists=$(requests ListObjectsV2)
         start=$(date +%s%N)

@@ -16,3 +16,41 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+
+# Starts garage in $WORK/s3 on MSFS_S3_PORT (39300 unless set) with bucket $1, and sources its
+# environment (AWS_ENDPOINT and the keys). `stop_garage` stops it: call it from the script's
+# own exit trap, before `cleanup`.
+start_garage() {
+    export MSFS_S3_PORT=${MSFS_S3_PORT:-39300}
+    bash scripts/local-s3.sh start "$WORK/s3" "$1" >/dev/null
+    # shellcheck disable=SC1091
+    source "$WORK/s3/env"
+}
+stop_garage() { bash scripts/local-s3.sh stop "$WORK/s3" >/dev/null 2>&1 || true; }
+
+# Writes to $1 an msfs config with cache directory $2 and one writable backend `b` over bucket
+# $3 of that garage; further arguments are more backend keys (`flush_on_close: true`).
+write_msfs_config() {
+    local file=$1 cache=$2 bucket=$3 key
+    shift 3
+    {
+        printf 'msfs_version: 1\ncache_dir_path: %s\nbackends:\n  - dir_name: b\n' "$cache"
+        printf '    backend_type: S3\n    bucket_container_name: %s\n' "$bucket"
+        printf '    readonly: false\n'
+        for key in "$@"; do printf '    %s\n' "$key"; done
+        printf '    S3:\n      endpoint: %s\n      region: us-east-1\n' "$AWS_ENDPOINT"
+        # Left for msfs to expand from its environment, not written into the file.
+        # shellcheck disable=SC2016
+        printf '      access_key_id: ${AWS_ACCESS_KEY_ID}\n'
+        # shellcheck disable=SC2016
+        printf '      secret_access_key: ${AWS_SECRET_ACCESS_KEY}\n'
+    } > "$file"
+}
+
+# Mounts msfs build $1 with config $2 at $3 in the background (its output to $4), sets DAEMON
+# to its PID and returns once the mount is live (or after 10 s; the next step then fails).
+start_msfs() {
+    "$1" mount "$2" "$3" > "$4" 2>&1 &
+    DAEMON=$!
+    for _ in $(seq 100); do grep -qs " $3 " /proc/self/mounts && break; sleep 0.1; done
+}

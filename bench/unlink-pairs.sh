@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Per-unlink latency of two msfs builds taking turns (issue #20's regression check of
 # meta-unlink, whose bench cell times 100 unlinks once per run): ROUNDS rounds, in each of which
-# every build, on its own mount of one local garage, creates FILES files of 8 bytes in a new
-# directory and unlinks them, then unlinks FILES objects the raw client put and the mount
-# listed. Prints each round's median microseconds per create and per unlink, then the medians
-# over all rounds and their ratio b/a (above 1: a is faster).
+# every build (the first alternating), on its own mount of one local garage, creates FILES files
+# of 8 bytes in a new directory and unlinks them, then unlinks FILES objects the raw client put
+# and the mount listed. Prints each round's median microseconds per create and per unlink, then
+# the medians over all rounds and their ratio b/a (above 1: a is faster).
 #
 #   MSFS_B=<other msfs> bench/unlink-pairs.sh [ROUNDS] [FILES]     defaults: 20, 100
 #
@@ -16,50 +16,38 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-20}
 FILES=${2:-100}
 RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
-[ -x "$RAW" ] || { echo "no raw client at $RAW: cargo build --release --example raw_read" >&2; exit 2; }
+if [ ! -x "$RAW" ]; then
+    echo "no raw client at $RAW: cargo build --release --example raw_read" >&2
+    exit 2
+fi
 [ -n "${MSFS_B:-}" ] || { echo "MSFS_B: the other build to compare with" >&2; exit 2; }
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh unlink-pairs
-export MSFS_S3_PORT=${MSFS_S3_PORT:-39300}
 DAEMONS=()
 stop_all() {
     for name in a b; do
         if grep -qs " $WORK/mnt-$name " /proc/self/mounts; then umount "$WORK/mnt-$name" || true; fi
     done
     for pid in "${DAEMONS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    bash scripts/local-s3.sh stop "$WORK/s3" >/dev/null 2>&1 || true
+    stop_garage
     cleanup
 }
 trap stop_all EXIT
-bash scripts/local-s3.sh start "$WORK/s3" pairs >/dev/null
-# shellcheck disable=SC1091
-source "$WORK/s3/env"
+start_garage pairs
 for name in a b; do
     bin=$MSFS; [ "$name" = b ] && bin=$MSFS_B
     mkdir -p "$WORK/mnt-$name" "$WORK/cache-$name"
-    cat > "$WORK/$name.yaml" <<YAML
-msfs_version: 1
-cache_dir_path: $WORK/cache-$name
-backends:
-  - dir_name: b
-    backend_type: S3
-    bucket_container_name: pairs
-    prefix: "$name/"
-    readonly: false
-    flush_on_close: true
-    S3:
-      endpoint: $AWS_ENDPOINT
-      region: us-east-1
-      access_key_id: \${AWS_ACCESS_KEY_ID}
-      secret_access_key: \${AWS_SECRET_ACCESS_KEY}
-YAML
-    "$bin" mount "$WORK/$name.yaml" "$WORK/mnt-$name" > "$WORK/daemon-$name.log" 2>&1 &
-    DAEMONS+=($!)
-    for _ in $(seq 100); do grep -qs " $WORK/mnt-$name " /proc/self/mounts && break; sleep 0.1; done
+    write_msfs_config "$WORK/$name.yaml" "$WORK/cache-$name" pairs "prefix: \"$name/\"" \
+        "flush_on_close: true"
+    start_msfs "$bin" "$WORK/$name.yaml" "$WORK/mnt-$name" "$WORK/daemon-$name.log"
+    DAEMONS+=("$DAEMON")
 done
 
 for round in $(seq "$ROUNDS"); do
-    for name in a b; do
+    # Who goes first alternates: the second of a pair meets the store as the first left it.
+    order="a b"
+    [ $((round % 2)) -eq 1 ] || order="b a"
+    for name in $order; do
         "$RAW" --bucket pairs put-objects --prefix "$name/listed-$round/" --count "$FILES" \
             --size 8 --concurrency 32 > /dev/null
         python3 - "$WORK/mnt-$name/b" "$round" "$FILES" "$name" <<'PY'
@@ -84,7 +72,8 @@ listed_dir = f"{root}/listed-{round_}"
 names = sorted(os.listdir(listed_dir))
 assert len(names) == n, f"{listed_dir} lists {len(names)} of {n}"
 listed = timed(os.unlink, [f"{listed_dir}/{x}" for x in names])
-print(f"round {round_} {name}: create {created:.0f} us, unlink {unlinked:.0f} us, listed unlink {listed:.0f} us")
+print(f"round {round_} {name}: create {created:.0f} us, unlink {unlinked:.0f} us, "
+      f"listed unlink {listed:.0f} us")
 PY
     done
 done | tee "$WORK/rounds.txt"
@@ -98,5 +87,6 @@ for line in open(sys.argv[1]):
             seen.setdefault((what, m.group(1)), []).append(int(value))
 for what in ("create", "unlink", "listed unlink"):
     a, b = statistics.median(seen[(what, "a")]), statistics.median(seen[(what, "b")])
-    print(f"{what}: a {a:.0f} us, b {b:.0f} us (medians of {len(seen[(what, 'a')])} rounds), b/a {b / a:.2f}")
+    rounds = len(seen[(what, "a")])
+    print(f"{what}: a {a:.0f} us, b {b:.0f} us (medians of {rounds} rounds), b/a {b / a:.2f}")
 PY

@@ -192,9 +192,9 @@ impl Fs {
     }
 
     /// What this process's own commit left at `key`, if the write engine has let go of the file
-    /// within the TTL and nothing here has written the name since (`write::recent_commits`): the store
-    /// holds it, unless another client replaced it, which the TTL allows for as with any
-    /// answer.
+    /// within the TTL and nothing here has written the name since (`write::recent_commits`):
+    /// the store holds it, unless another client replaced it, which the TTL allows for as with
+    /// any answer.
     pub(super) fn fresh_commit(&self, store: &str, key: &str) -> Option<RecentCommit> {
         self.engines
             .writes

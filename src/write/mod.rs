@@ -204,7 +204,8 @@ impl WriteEngine {
     }
 
     /// What this process's last commit at `key` left in the store, if the engine has let go of
-    /// that file since and nothing has deleted, renamed away or replaced it here (`recent_commits`).
+    /// that file since and nothing has deleted, renamed away or replaced it here
+    /// (`recent_commits`).
     pub fn recent_commit(&self, store_id: &str, key: &str) -> Option<RecentCommit> {
         self.inner
             .recent_commits()

@@ -418,13 +418,17 @@ mod tests {
                 })
             })
             .collect();
-        for spare in &used {
-            let data = File::options()
-                .write(true)
-                .open(spare.join(DATA))
-                .expect("data");
-            assert!(spares.recycler().recycle(spare, data), "taken back");
-        }
+        // Their files committed clean: each directory taken back.
+        let take_back = |dirs: &[PathBuf]| {
+            for dir in dirs {
+                let data = File::options()
+                    .write(true)
+                    .open(dir.join(DATA))
+                    .expect("data");
+                assert!(spares.recycler().recycle(dir, data), "taken back");
+            }
+        };
+        take_back(&used);
         let kept = spares.shared.ready().spares.len();
         assert!(kept > READY, "the burst's directories are kept ({kept})");
         // The next burst takes them rather than new ones.
@@ -434,13 +438,7 @@ mod tests {
             "the second burst found {} spares",
             again.len()
         );
-        for spare in &again {
-            let data = File::options()
-                .write(true)
-                .open(spare.join(DATA))
-                .expect("data");
-            assert!(spares.recycler().recycle(spare, data), "taken back");
-        }
+        take_back(&again);
         until("the unneeded spares are removed", || {
             spares.shared.ready().spares.len() == READY
         });

@@ -181,7 +181,13 @@ def output_base(o: Options) -> Path:
     suffix += "-interleave" if o.interleave else ""  # an A/B run does not replace the day's tables
     if o.only and not o.self_check:  # a partial run does not replace the day's full one
         suffix += "-" + re.sub(r"[^A-Za-z0-9-]+", "", "-".join(o.only))[:40].strip("-")
-    return directory / f"{dt.date.today().isoformat()}-{host()}{suffix}"
+    base = directory / f"{dt.date.today().isoformat()}-{host()}{suffix}"
+    # Nor does a second run of the same selection on the same day replace the first.
+    again = 2
+    while base.with_name(base.name + ".json").exists():
+        base = directory / f"{dt.date.today().isoformat()}-{host()}{suffix}-{again}"
+        again += 1
+    return base
 
 
 def write_outputs(o: Options, plan: Plan, results: Results) -> int:

@@ -350,8 +350,9 @@ impl FaultProxy {
         FaultProxy::start(&garage.endpoint())
     }
 
-    /// A proxy in front of `upstream` (`http://HOST:PORT`), listening on an ephemeral
-    /// 127.0.0.1 port, passing everything through.
+    /// A proxy in front of `upstream` (`http://HOST:PORT`), listening on a 127.0.0.1 port
+    /// below the ephemeral range ([`listen_off_the_ephemeral_range`]), passing everything
+    /// through.
     pub fn start(upstream: &str) -> FaultProxy {
         let authority = upstream
             .strip_prefix("http://")
@@ -362,7 +363,7 @@ impl FaultProxy {
             .ok()
             .and_then(|mut addrs| addrs.next())
             .unwrap_or_else(|| panic!("fault proxy upstream {authority:?}: not host:port"));
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the fault proxy");
+        let listener = listen_off_the_ephemeral_range();
         let addr = listener.local_addr().expect("fault proxy local_addr");
         let shared = Arc::new(Shared {
             upstream,
@@ -1425,4 +1426,31 @@ fn xorshift(state: &mut u64) -> u64 {
     x ^= x >> 27;
     *state = x;
     x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// A listener on a free 127.0.0.1 port below the kernel's ephemeral range. The proxy listens
+/// on its port again after [`FaultProxy::down`], and while it is down the kernel may hand an
+/// ephemeral port to any client connection on the machine (CI saw another test's connection
+/// take it: `EADDRINUSE` at `up`). Ports below the range are only ever taken by a bind that asks
+/// for them. Falls back to an ephemeral port when none is found there.
+fn listen_off_the_ephemeral_range() -> TcpListener {
+    use std::hash::{BuildHasher, RandomState};
+    let range_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    // Above the ports of well-known services; chosen at random so that parallel tests rarely
+    // try the same one.
+    let low = 10_000.min(range_start);
+    let span = range_start.saturating_sub(low).max(1);
+    let seed = RandomState::new();
+    for attempt in 0..64u32 {
+        let port = low + (seed.hash_one(attempt) % u64::from(span)) as u32;
+        if let Ok(port) = u16::try_from(port)
+            && let Ok(listener) = TcpListener::bind(("127.0.0.1", port))
+        {
+            return listener;
+        }
+    }
+    TcpListener::bind("127.0.0.1:0").expect("bind the fault proxy")
 }

@@ -509,7 +509,7 @@ async fn appends_and_exclusive_creates_behave_as_on_a_local_filesystem() {
 /// A file this mount has just written is not asked of the store again: within the TTL, `stat`
 /// a read and a rename of it cost no HEAD, whether the close waited for the commit
 /// (`flush_on_close`) or it landed in the background, and they show what was written. Renamed
-/// away, the name is gone and the new one shows the same bytes.
+/// away, the name is gone and the new one shows the same bytes, again without a HEAD.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_just_written_is_not_asked_of_the_store_again() {
     let garage = Garage::start();
@@ -551,7 +551,13 @@ async fn a_file_just_written_is_not_asked_of_the_store_again() {
             "{bucket}: the rename copies the version the commit left"
         );
         assert!(!path.exists(), "{bucket}: the old name is gone");
+        assert_eq!(std::fs::metadata(&moved).expect("stat").len(), 5);
         assert_eq!(common::read_direct(&moved), b"hello", "{bucket}");
+        assert_eq!(
+            garage.s3_requests("HeadObject") - heads,
+            0,
+            "{bucket}: the copy said what the new name holds"
+        );
         assert_eq!(garage.try_get_object(bucket, "d/f.txt").await, None);
         assert_eq!(garage.get_object(bucket, "d/g.txt").await, b"hello");
     }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use super::descriptors::{self, OpenFile};
 use super::dir_pages::ManifestPages;
 use super::inode::Node;
-use super::listing::{self, ChildKind, NAME_MAX, valid_name};
+use super::listing::{self, ChildKind, FileMeta, NAME_MAX, valid_name};
 use super::meta_ops::Creator;
 use super::passthrough::{HandleIo, OpenKind};
 use super::posix::{S_IFDIR, S_IFREG};
@@ -24,8 +24,8 @@ use crate::cache::ObjectVersion;
 use crate::manifest::delta::Change;
 use crate::manifest::format::{EntryKind, Ownership};
 use crate::manifest::registry::blocking;
-use crate::store::InMemory;
-use crate::write::{DirtyFile, Target};
+use crate::store::{InMemory, Metadata};
+use crate::write::{DirtyFile, RecentCommit, Target};
 
 /// A rename's flags that msfs honours (the rest are refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -659,7 +659,8 @@ impl Fs {
             return Err(FsError::Exists);
         }
         let settings = &from.settings;
-        match kind {
+        let mut copied = None;
+        match &kind {
             ChildKind::File(_) => {
                 if matches!(existing, Some(ChildKind::Dir { .. })) {
                     return Err(FsError::IsADirectory);
@@ -669,8 +670,10 @@ impl Fs {
                 let new_key = settings.key_of(&new_path);
                 self.claim_name_waiting(settings.store.id(), &new_key).await;
                 let owner = kind.owner();
-                self.rename_file(&from.backend, settings, &path, &new_path, owner)
-                    .await?
+                copied = Some(
+                    self.rename_file(&from.backend, settings, &path, &new_path, owner)
+                        .await?,
+                );
             }
             ChildKind::Dir { .. } => {
                 if existing
@@ -717,7 +720,31 @@ impl Fs {
             }
         }
         self.renamed(parent, name, new_parent, new_name, &new_path, settings);
+        if let (ChildKind::File(meta), Some(copied)) = (&kind, copied) {
+            self.remember_copy(settings, meta, copied);
+        }
         Ok(())
+    }
+
+    /// What a rename's copy left at the new name is known like a commit's result (`stat`, a
+    /// lookup or an open of the moved file ask the store nothing within the TTL): the copy's
+    /// ETag, the size, and the time the file showed before. Recorded after [`Fs::renamed`]
+    /// noted the name as written, which would otherwise make it stale at once. A
+    /// `posix_metadata` backend's copy carries the source's metadata: known only when the
+    /// source was this mount's own recent commit.
+    fn remember_copy(&self, settings: &BackendSettings, moved: &FileMeta, copied: Copied) {
+        let metadata = match (copied.source_commit, settings.posix_metadata) {
+            (Some(commit), _) => commit.metadata,
+            (None, false) => Metadata::new(),
+            (None, true) => return,
+        };
+        let commit = RecentCommit {
+            mtime: moved.mtime,
+            version: copied.version,
+            metadata,
+            at: Instant::now(),
+        };
+        self.engines.writes.remember(settings.store.id(), commit);
     }
 
     /// A rename the kernel resent to this process after a takeover, whose source is gone: if
@@ -796,7 +823,7 @@ impl Fs {
         new_path: &str,
         // What a manifest row states of the file's owner and mode, kept at its new name.
         owner: Option<Ownership>,
-    ) -> Result<()> {
+    ) -> Result<Copied> {
         let store = &settings.store;
         let (key, new_key) = (settings.key_of(path), settings.key_of(new_path));
         let writes = &self.engines.writes;
@@ -823,8 +850,9 @@ impl Fs {
         // The version the copy may take its parts from: one replaced midway fails the rename.
         // What this mount's own commit just left needs no HEAD (`rsync` renames every file it
         // has just written).
-        let source = match self.fresh_commit(store.id(), &key) {
-            Some(commit) => commit.version,
+        let source_commit = self.fresh_commit(store.id(), &key);
+        let source = match &source_commit {
+            Some(commit) => commit.version.clone(),
             None => {
                 let head = store
                     .head(&key)
@@ -847,9 +875,14 @@ impl Fs {
             .copy_object(store.as_ref(), &source, &new_key)
             .await
             .map_err(|e| Self::store_error(backend, e))?;
-        let moved = EntryKind::File {
-            size: source.size,
+        let version = ObjectVersion {
+            key: new_key.clone(),
             etag: copied.etag,
+            size: source.size,
+        };
+        let moved = EntryKind::File {
+            size: version.size,
+            etag: version.etag.clone(),
             mtime: SystemTime::now(),
             owner,
         };
@@ -864,6 +897,16 @@ impl Fs {
         settings
             .record(&backend.dir_name, path, Change::Deleted)
             .await;
-        Ok(())
+        Ok(Copied {
+            version,
+            source_commit,
+        })
     }
+}
+
+/// What a file rename's copy left at the new name.
+struct Copied {
+    version: ObjectVersion,
+    /// The source was this mount's own recent commit ([`Fs::fresh_commit`]).
+    source_commit: Option<RecentCommit>,
 }

@@ -212,6 +212,18 @@ impl WriteEngine {
             .get(&(store_id.to_string(), key.to_string()))
     }
 
+    /// Records `commit` as what this process left at its key of store `store_id` by other means
+    /// than a file's commit (a rename's server-side copy), unless a file is being written
+    /// there, whose own let-go records what it leaves.
+    pub fn remember(&self, store_id: &str, commit: RecentCommit) {
+        let name = (store_id.to_string(), commit.version.key.clone());
+        // Under the map's lock, as `let_go_if_done` records: a file opened there meanwhile wins.
+        let files = self.inner.files();
+        if !files.contains_key(&name) {
+            self.inner.recent_commits().record(name, commit);
+        }
+    }
+
     /// Files being written directly under `dir_prefix` (a key prefix ending in "/", or ""),
     /// by name: what a listing must show even before their objects exist.
     pub fn files_in(&self, store_id: &str, dir_prefix: &str) -> Vec<(String, DirtyMeta)> {

@@ -354,22 +354,29 @@ impl Garage {
     }
 
     /// GETs the whole object, `None` if there is no such key; panics on any other failure.
+    /// A body cut off midway is asked for again (twice at most): tests poll objects that msfs
+    /// is replacing, and garage ends the stream of a version replaced under the read (CI saw
+    /// "streaming error" while a takeover's successor committed the object being polled).
     pub async fn try_get_object(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
-        let resp = match self
-            .client()
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(resp) => resp,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return None,
-            Err(e) => panic!("get s3://{bucket}/{key}: {}", error_text(&e)),
-        };
-        match resp.body.collect().await {
-            Ok(data) => Some(data.into_bytes().to_vec()),
-            Err(e) => panic!("read body of s3://{bucket}/{key}: {e}"),
+        let mut attempt = 1;
+        loop {
+            let resp = match self
+                .client()
+                .get_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+            {
+                Ok(resp) => resp,
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return None,
+                Err(e) => panic!("get s3://{bucket}/{key}: {}", error_text(&e)),
+            };
+            match resp.body.collect().await {
+                Ok(data) => return Some(data.into_bytes().to_vec()),
+                Err(_) if attempt < 3 => attempt += 1,
+                Err(e) => panic!("read body of s3://{bucket}/{key} ({attempt} tries): {e}"),
+            }
         }
     }
 

@@ -169,7 +169,7 @@ impl Fs {
                 owner_of(dir.ino, name),
             )));
         }
-        if let Some(kind) = self.committed_kind(&settings, &key, owner_of(dir.ino, name)) {
+        if let Some(kind) = self.committed_kind(&settings, &key, || owner_of(dir.ino, name)) {
             return Ok(Known::Found(kind));
         }
         // A listing may have caught a file this mount wrote while it was being written (an
@@ -204,13 +204,14 @@ impl Fs {
             })
     }
 
-    /// [`Fs::fresh_commit`] as the name's kind; a `posix_metadata` backend learns the object's
-    /// metadata from it too.
+    /// [`Fs::fresh_commit`] as the name's kind, with the `owner` asked for only when there is
+    /// one (a lookup's takes the inode table's lock); a `posix_metadata` backend learns the
+    /// object's metadata from it too.
     fn committed_kind(
         &self,
         settings: &BackendSettings,
         key: &str,
-        owner: Option<Ownership>,
+        owner: impl FnOnce() -> Option<Ownership>,
     ) -> Option<ChildKind> {
         let store = settings.store.id();
         let commit = self.fresh_commit(store, key)?;
@@ -221,7 +222,7 @@ impl Fs {
             size: commit.version.size,
             etag: commit.version.etag,
             mtime: commit.mtime,
-            owner,
+            owner: owner(),
         }))
     }
 
@@ -371,7 +372,7 @@ impl Fs {
             }
             return Some(Ok(node.clone()));
         }
-        if let Some(kind) = self.committed_kind(&settings, &key, node.kind.owner()) {
+        if let Some(kind) = self.committed_kind(&settings, &key, || node.kind.owner()) {
             let mut inodes = lock(&self.inodes);
             let Some(node) = inodes.get_mut(ino) else {
                 return Some(Err(FsError::UnknownInode(ino)));

@@ -119,6 +119,8 @@ struct Inner {
     /// Spill directories made ahead of need. Declared before `spill_dir`, so dropped first:
     /// its spares are gone when the directory is removed (if empty) at exit.
     spares: durable::Spares,
+    /// How many spill logs keep their descriptor between records (`durable::OpenLogs`).
+    open_logs: Arc<durable::OpenLogs>,
     /// This process's spill directory (`durable`), kept at exit while it holds dirty files.
     spill_dir: PrivateDir,
     /// One spill recovery pass at a time (see `durable::recover`).
@@ -176,6 +178,7 @@ impl WriteEngine {
             inner: Arc::new(Inner {
                 spill_parent: journal_parent,
                 spares: durable::Spares::start(spill_dir.path(), Arc::clone(&next_spill)),
+                open_logs: durable::OpenLogs::for_this_process(),
                 spill_dir,
                 recovering: tokio::sync::Mutex::new(()),
                 journal: Arc::new(journal),
@@ -400,6 +403,7 @@ impl WriteEngine {
     /// which commits what they hold as a dead process's (after [`WriteEngine::stop_commits`];
     /// nothing may be written through the engine afterwards).
     pub fn leave_to_successor(&self) {
+        self.inner.open_logs.close();
         self.inner.spares.stop();
         self.inner.spill_dir.leave();
         self.inner.journal.leave();

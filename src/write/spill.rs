@@ -248,6 +248,7 @@ impl Inner {
             let (spill, log) = durable::create(
                 self.spill_dir.path(),
                 &self.spares,
+                &self.open_logs,
                 || self.new_spill_number(),
                 header,
             )

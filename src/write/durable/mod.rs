@@ -47,6 +47,7 @@
 //! the killed process's last commit may have landed without its record.
 
 mod landed;
+mod open_logs;
 mod record;
 mod recover;
 mod spare;
@@ -60,8 +61,10 @@ use std::time::SystemTime;
 
 use super::WriteError;
 use super::file::State;
+use open_logs::Slot;
 
 pub(super) use landed::check_base;
+pub(super) use open_logs::OpenLogs;
 pub(super) use record::{Header, Record, Snapshot};
 pub(super) use recover::recover;
 pub(super) use spare::Spares;
@@ -71,9 +74,10 @@ pub(super) const KIND: &str = "msfs-spill";
 const DATA: &str = "data";
 const LOG: &str = "log";
 
-/// The log of one file's spill. It is opened for each record and closed again, so that a file
-/// being written holds one descriptor (its data), not two: 10,000 files open for writing must
-/// fit the descriptor limit they fitted before the logs existed.
+/// The log of one file's spill. It keeps the descriptor it was opened with while the engine's
+/// bound allows ([`open_logs`]), and is otherwise opened for each record and closed again, so
+/// that 10,000 files being written still hold one descriptor each (their data), as they did
+/// before the logs existed, plus a bounded few.
 #[derive(Debug)]
 pub(super) struct SpillLog {
     /// The file's own directory, `<spill dir>/<n>`, holding `data` and `log`.
@@ -83,24 +87,55 @@ pub(super) struct SpillLog {
     /// A record failed and could not be cut back off: nothing after it would ever be read, so
     /// nothing more is appended (and writes fail, rather than pretend to be on record).
     broken: bool,
+    /// The log opened for appending, kept between records (with its place in the bound).
+    kept: Option<(File, Slot)>,
+    open_logs: Arc<OpenLogs>,
 }
 
 impl SpillLog {
-    /// Appends `record` with one `write(2)` (between an open and a close of the log).
+    fn new(dir: PathBuf, len: u64, open_logs: &Arc<OpenLogs>) -> SpillLog {
+        SpillLog {
+            dir,
+            len,
+            broken: false,
+            kept: None,
+            open_logs: Arc::clone(open_logs),
+        }
+    }
+
+    /// Appends `record` with one `write(2)`, on the kept descriptor or one opened for it.
     pub fn append(&mut self, record: &Record) -> io::Result<()> {
-        let path = self.dir.join(LOG);
         if self.broken {
             return Err(at(
-                &path,
+                &self.dir.join(LOG),
                 io::Error::other("an earlier record could not be written"),
             ));
         }
-        let log = File::options()
-            .append(true)
-            .open(&path)
-            .map_err(|e| at(&path, e))?;
-        let frame = record.frame();
-        let error = match (&log).write(&frame) {
+        if self.open_logs.is_closed() {
+            // Left to a successor: see `open_logs`.
+            self.kept = None;
+        }
+        let (log, slot) = match self.kept.take() {
+            Some((log, slot)) => (log, Some(slot)),
+            None => {
+                let path = self.dir.join(LOG);
+                let log = File::options()
+                    .append(true)
+                    .open(&path)
+                    .map_err(|e| at(&path, e))?;
+                (log, self.open_logs.slot())
+            }
+        };
+        let appended = self.write_frame(&log, &record.frame());
+        if let Some(slot) = slot {
+            self.kept = Some((log, slot));
+        }
+        appended
+    }
+
+    /// Writes one record's `frame` at the end of `log`; one that fails halfway is cut back off.
+    fn write_frame(&mut self, mut log: &File, frame: &[u8]) -> io::Result<()> {
+        let error = match log.write(frame) {
             Ok(n) if n == frame.len() => {
                 self.len += n as u64;
                 return Ok(());
@@ -115,7 +150,21 @@ impl SpillLog {
         if log.set_len(self.len).is_err() {
             self.broken = true;
         }
-        Err(at(&path, error))
+        Err(at(&self.dir.join(LOG), error))
+    }
+
+    /// Empties the log (a spare's is empty), through the kept descriptor if there is one.
+    fn empty(&mut self) -> io::Result<()> {
+        match self.kept.take() {
+            Some((log, _slot)) => log.set_len(0),
+            None => File::options()
+                .write(true)
+                .truncate(true)
+                .open(self.dir.join(LOG))
+                .map(drop),
+        }?;
+        self.len = 0;
+        Ok(())
     }
 
     /// Appends `record`; a failure is logged, not returned (for changes that happened
@@ -155,12 +204,13 @@ fn at(path: &Path, error: io::Error) -> io::Error {
 pub(super) fn create(
     spill_dir: &Path,
     spares: &Spares,
+    open_logs: &Arc<OpenLogs>,
     new_number: impl FnOnce() -> u64,
     header: Header,
 ) -> io::Result<(File, SpillLog)> {
     let header = Record::Header(header);
     if let Some(spare) = spares.take() {
-        match headed(spare.clone(), &header) {
+        match headed(spare.clone(), &header, open_logs) {
             Ok(made) => return Ok(made),
             // Gone or broken (removed by hand?): dropped, and a new one made below.
             Err(e) => {
@@ -172,20 +222,20 @@ pub(super) fn create(
     }
     let dir = spill_dir.join(new_number().to_string());
     spare::make(&dir)?;
-    headed(dir.clone(), &header).inspect_err(|_| {
+    headed(dir.clone(), &header, open_logs).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&dir);
     })
 }
 
 /// Opens the `data` of spill directory `dir`, made empty with its `log` (a spare, or
 /// `spare::make` just now), and appends `header` to the log.
-fn headed(dir: PathBuf, header: &Record) -> io::Result<(File, SpillLog)> {
+fn headed(
+    dir: PathBuf,
+    header: &Record,
+    open_logs: &Arc<OpenLogs>,
+) -> io::Result<(File, SpillLog)> {
     let data = open_data(&dir)?;
-    let mut log = SpillLog {
-        dir,
-        len: 0,
-        broken: false,
-    };
+    let mut log = SpillLog::new(dir, 0, open_logs);
     log.append(header)?;
     Ok((data, log))
 }
@@ -235,7 +285,7 @@ impl Leftover {
     /// data this was the last descriptor of becomes a spare (`spares`), else it is removed.
     pub fn dispose(self, spares: &Spares) {
         let Leftover { spill, log } = self;
-        let Some(log) = log else {
+        let Some(mut log) = log else {
             if let Some(spill) = spill {
                 drop_off_runtime(move || drop(spill));
             }
@@ -246,7 +296,7 @@ impl Leftover {
             // Another clone (a read in flight) may still read it: not emptied under it.
             let recycled = spill
                 .and_then(|spill| Arc::try_unwrap(spill).ok())
-                .is_some_and(|data| recycler.recycle(log.dir(), data));
+                .is_some_and(|data| recycler.recycle(&mut log, data));
             if !recycled {
                 remove_dir(log.dir());
             }

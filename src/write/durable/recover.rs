@@ -14,7 +14,9 @@ use crate::write::Inner;
 use crate::write::file::{AsRecovered, DirtyFile, Target};
 
 use super::record::{Parsed, Replayed, Snapshot, replay};
-use super::{DATA, KIND, LOG, Leftover, SpillLog, at, open_data, remove_dir, remove_file};
+use super::{
+    DATA, KIND, LOG, Leftover, OpenLogs, SpillLog, at, open_data, remove_dir, remove_file,
+};
 
 /// One file a dead process left, found in its spill directory.
 #[derive(Debug)]
@@ -76,6 +78,7 @@ pub(in crate::write) async fn recover(
         .map(|(found, target)| (found, target, inner.new_spill_number()))
         .collect();
     let ours = inner.spill_dir.path().to_path_buf();
+    let open_logs = Arc::clone(&inner.open_logs);
     let adopted = blocking(move || {
         for loser in superseded {
             tracing::error!(key = %loser.file.now.key, path = %loser.dir.display(),
@@ -85,7 +88,7 @@ pub(in crate::write) async fn recover(
         }
         let adopted = chosen
             .into_iter()
-            .filter_map(|(found, target, number)| adopt(found, target, &ours, number))
+            .filter_map(|(found, target, number)| adopt(found, target, &ours, number, &open_logs))
             .collect::<Vec<_>>();
         // Only once empty: files of other stores wait for theirs.
         for dir in dead {
@@ -170,7 +173,13 @@ fn scan(parent: &Path, store_id: &str) -> (Vec<Abandoned>, Vec<Found>) {
 
 /// Moves `found` into this process's spill directory as `<ours>/<number>` (one rename: see the
 /// module docs) and opens it, its log cut to its whole records so that new ones follow them.
-fn adopt(found: Found, target: Target, ours: &Path, number: u64) -> Option<Adopted> {
+fn adopt(
+    found: Found,
+    target: Target,
+    ours: &Path,
+    number: u64,
+    open_logs: &Arc<OpenLogs>,
+) -> Option<Adopted> {
     let dir = ours.join(number.to_string());
     if let Err(e) = std::fs::rename(&found.dir, &dir) {
         tracing::warn!(from = %found.dir.display(), to = %dir.display(), error = %e,
@@ -190,11 +199,7 @@ fn adopt(found: Found, target: Target, ours: &Path, number: u64) -> Option<Adopt
     })();
     match opened {
         Ok(data) => Some(Adopted {
-            log: SpillLog {
-                dir,
-                len: found.file.valid_len,
-                broken: false,
-            },
+            log: SpillLog::new(dir, found.file.valid_len, open_logs),
             file: found.file,
             target,
             data,

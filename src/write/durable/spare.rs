@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{DATA, LOG, at, remove_dir};
+use super::{DATA, LOG, SpillLog, at, remove_dir};
 
 /// How many spares are kept made: a burst of new files (`tar x`) takes them faster than one
 /// thread makes them, and then writers make their own, as before.
@@ -234,23 +234,17 @@ impl Shared {
 }
 
 impl Recycler {
-    /// Takes back `dir`, the spill directory of a file committed clean whose last descriptor
+    /// Takes back the spill directory of `log`, a file committed clean whose last descriptor
     /// of the data is `data`, as a spare: emptied, log first (from then on recovery drops it
     /// as torn, whatever `data` still holds). `false`, having changed nothing or only emptied
     /// the log, when not taken (enough spares, the maker stopped, an error): then the caller
     /// removes it.
-    pub fn recycle(&self, dir: &Path, data: File) -> bool {
+    pub fn recycle(&self, log: &mut SpillLog, data: File) -> bool {
         let wanted = {
             let ready = self.0.ready();
             !ready.stopped && ready.spares.len() < KEPT
         };
-        let emptied = wanted
-            && File::options()
-                .write(true)
-                .truncate(true)
-                .open(dir.join(LOG))
-                .and_then(|_| data.set_len(0))
-                .is_ok();
+        let emptied = wanted && log.empty().and_then(|()| data.set_len(0)).is_ok();
         if !emptied {
             return false;
         }
@@ -258,7 +252,7 @@ impl Recycler {
         if ready.stopped || ready.spares.len() >= KEPT {
             return false;
         }
-        ready.spares.push_back(dir.to_path_buf());
+        ready.spares.push_back(log.dir().to_path_buf());
         true
     }
 }
@@ -284,6 +278,7 @@ pub(super) fn make(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::write::durable::OpenLogs;
 
     /// The directories in `dir`, by number.
     fn made(dir: &Path) -> Vec<u64> {
@@ -294,6 +289,11 @@ mod tests {
             .collect();
         numbers.sort_unstable();
         numbers
+    }
+
+    /// The log of spill directory `dir`, opened per record (no descriptor kept).
+    fn log_of(dir: &Path) -> SpillLog {
+        SpillLog::new(dir.to_path_buf(), 0, &OpenLogs::with_limit(0))
     }
 
     fn until(what: &str, done: impl Fn() -> bool) {
@@ -376,7 +376,10 @@ mod tests {
         };
 
         let data = fill(&used);
-        assert!(spares.recycler().recycle(&used, data), "taken back");
+        assert!(
+            spares.recycler().recycle(&mut log_of(&used), data),
+            "taken back"
+        );
         for name in [DATA, LOG] {
             let len = std::fs::metadata(used.join(name)).expect("kept").len();
             assert_eq!(len, 0, "{name} emptied");
@@ -392,7 +395,7 @@ mod tests {
         make(&late).expect("make");
         let data = fill(&late);
         assert!(
-            !spares.recycler().recycle(&late, data),
+            !spares.recycler().recycle(&mut log_of(&late), data),
             "not taken back once stopped (the caller removes it)"
         );
         let log = std::fs::read(late.join(LOG)).expect("log");
@@ -425,7 +428,10 @@ mod tests {
                     .write(true)
                     .open(dir.join(DATA))
                     .expect("data");
-                assert!(spares.recycler().recycle(dir, data), "taken back");
+                assert!(
+                    spares.recycler().recycle(&mut log_of(dir), data),
+                    "taken back"
+                );
             }
         };
         take_back(&used);

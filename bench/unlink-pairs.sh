@@ -3,8 +3,10 @@
 # meta-unlink, whose bench cell times 100 unlinks once per run): ROUNDS rounds, in each of which
 # every build (the first alternating), on its own mount of one local garage, creates FILES files
 # of 8 bytes in a new directory and unlinks them, then unlinks FILES objects the raw client put
-# and the mount listed. Prints each round's median microseconds per create and per unlink, then
-# the medians over all rounds and their ratio b/a (above 1: a is faster).
+# and the mount listed, one after another, and FILES more all at once (a thread each, as the
+# `meta-unlink-par` cell does). Prints each round's median microseconds per create and per
+# unlink and the milliseconds of the unlinks at once, then the medians over all rounds and
+# their ratio b/a (above 1: a is faster).
 #
 #   MSFS_B=<other msfs> bench/unlink-pairs.sh [ROUNDS] [FILES]     defaults: 20, 100
 #
@@ -48,10 +50,12 @@ for round in $(seq "$ROUNDS"); do
     order="a b"
     [ $((round % 2)) -eq 1 ] || order="b a"
     for name in $order; do
-        "$RAW" --bucket pairs put-objects --prefix "$name/listed-$round/" --count "$FILES" \
-            --size 8 --concurrency 32 > /dev/null
+        for set in listed at-once; do
+            "$RAW" --bucket pairs put-objects --prefix "$name/$set-$round/" --count "$FILES" \
+                --size 8 --concurrency 32 > /dev/null
+        done
         python3 - "$WORK/mnt-$name/b" "$round" "$FILES" "$name" <<'PY'
-import os, statistics, sys, time
+import os, statistics, sys, threading, time
 root, round_, n, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 made = f"{root}/made-{round_}"
 os.mkdir(made)
@@ -72,21 +76,35 @@ listed_dir = f"{root}/listed-{round_}"
 names = sorted(os.listdir(listed_dir))
 assert len(names) == n, f"{listed_dir} lists {len(names)} of {n}"
 listed = timed(os.unlink, [f"{listed_dir}/{x}" for x in names])
+at_once_dir = f"{root}/at-once-{round_}"
+paths = [f"{at_once_dir}/{x}" for x in sorted(os.listdir(at_once_dir))]
+assert len(paths) == n, f"{at_once_dir} lists {len(paths)} of {n}"
+threads = [threading.Thread(target=os.unlink, args=(p,)) for p in paths]
+t = time.perf_counter()
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+at_once = (time.perf_counter() - t) * 1e3
+assert not os.listdir(at_once_dir), f"{at_once_dir} still lists files"
 print(f"round {round_} {name}: create {created:.0f} us, unlink {unlinked:.0f} us, "
-      f"listed unlink {listed:.0f} us")
+      f"listed unlink {listed:.0f} us, at once {at_once:.1f} ms")
 PY
     done
 done | tee "$WORK/rounds.txt"
 python3 - "$WORK/rounds.txt" <<'PY'
 import re, statistics, sys
+WHAT = ("create", "unlink", "listed unlink", "listed unlink at once")
 seen = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"round \d+ (\w): create (\d+) us, unlink (\d+) us, listed unlink (\d+) us", line)
+    m = re.match(r"round \d+ (\w): create (\d+) us, unlink (\d+) us, listed unlink (\d+) us, "
+                 r"at once ([\d.]+) ms", line)
     if m:
-        for what, value in zip(("create", "unlink", "listed unlink"), m.groups()[1:]):
-            seen.setdefault((what, m.group(1)), []).append(int(value))
-for what in ("create", "unlink", "listed unlink"):
+        for what, value in zip(WHAT, m.groups()[1:]):
+            seen.setdefault((what, m.group(1)), []).append(float(value))
+for what, unit in zip(WHAT, ("us", "us", "us", "ms")):
     a, b = statistics.median(seen[(what, "a")]), statistics.median(seen[(what, "b")])
     rounds = len(seen[(what, "a")])
-    print(f"{what}: a {a:.0f} us, b {b:.0f} us (medians of {rounds} rounds), b/a {b / a:.2f}")
+    print(f"{what}: a {a:.1f} {unit}, b {b:.1f} {unit} (medians of {rounds} rounds), "
+          f"b/a {b / a:.2f}")
 PY

@@ -273,6 +273,17 @@ class MsfsWriteback(Msfs):
         return {**super().settings(writable), "fuse_writeback_cache": True}
 
 
+class MsfsIoUring(Msfs):
+    """msfs served over FUSE over io_uring (`fuse_io_uring: true`, off by default; msfs turns
+    on the kernel's `fuse.enable_uring` itself, as root): beside `msfs`, what per-CPU rings and
+    a ring thread that polls after answering give (issue #20)."""
+
+    name = "msfs-io-uring"
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        return {**super().settings(writable), "fuse_io_uring": True}
+
+
 class MsfsPassthrough(Msfs):
     """msfs with FUSE passthrough (`fuse_passthrough: true` over `per-inode-file` storage, both
     off by default): beside `msfs`, what letting the kernel read wholly cached objects from
@@ -560,6 +571,7 @@ PEERS: dict[str, type[Filesystem]] = {
     "msfs-base": MsfsBase,
     "msfs-no-holder": MsfsWithoutHolder,
     "msfs-writeback": MsfsWriteback,
+    "msfs-io-uring": MsfsIoUring,
     "msfs-passthrough": MsfsPassthrough,
     "msfs-persistent": MsfsPersistent,
     "msfs-posix": MsfsPosix,

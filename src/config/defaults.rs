@@ -15,6 +15,13 @@ pub(super) const FUSE_WRITEBACK_CACHE: bool = false;
 /// FUSE passthrough is off unless asked for (ours): it needs `per-inode-file` cache storage and
 /// `CAP_SYS_ADMIN`, and a file read that way is read at the local disk's speed, not msfs's.
 pub(super) const FUSE_PASSTHROUGH: bool = false;
+/// FUSE over io_uring is off unless asked for (ours): the kernel (6.18) neither resends a
+/// request it delivered through a ring nor lets a server withdraw its ring entries, so a
+/// restart or upgrade of msfs can leave a request in flight unanswered (README, "FUSE over
+/// io_uring").
+pub(super) const FUSE_IO_URING: bool = false;
+/// How long a queue's thread polls for the next request before it sleeps (ours).
+pub(super) const FUSE_IO_URING_POLL_US: u64 = 50;
 pub(super) const ENTRY_ATTR_TTL_MS: u64 = 10_000;
 pub(super) const EVICTABLE_INODE_TTL_MS: u64 = 1_000_000;
 pub(super) const VIRTUAL_DIR_TTL_MS: u64 = 1_000_000;

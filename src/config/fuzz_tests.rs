@@ -45,6 +45,8 @@ const TOP_KEYS: &[&str] = &[
     "max_write",
     "fuse_writeback_cache",
     "fuse_passthrough",
+    "fuse_io_uring",
+    "fuse_io_uring_poll_us",
     "entry_attr_ttl",
     "evictable_inode_ttl",
     "virtual_dir_ttl",

@@ -30,6 +30,8 @@ pub(super) struct V1 {
     pub max_write: Option<Whole<u32>>,
     pub fuse_writeback_cache: Option<Flag>,
     pub fuse_passthrough: Option<Flag>,
+    pub fuse_io_uring: Option<Flag>,
+    pub fuse_io_uring_poll_us: Option<Whole<u64>>,
     pub entry_attr_ttl: Option<Whole<u64>>,
     pub evictable_inode_ttl: Option<Whole<u64>>,
     pub virtual_dir_ttl: Option<Whole<u64>>,

@@ -38,6 +38,11 @@ pub struct Config {
     /// Answer read-only opens of objects wholly in the line cache with their cache file, which
     /// the kernel then reads itself (FUSE passthrough; needs `per-inode-file` storage) (ours).
     pub fuse_passthrough: bool,
+    /// Serve the connection over FUSE over io_uring when the kernel offers it (Linux 6.14 and
+    /// later, `fuse.enable_uring`), `/dev/fuse` otherwise (ours).
+    pub fuse_io_uring: bool,
+    /// How long an io_uring queue's thread polls for the next request before it sleeps (ours).
+    pub fuse_io_uring_poll: Duration,
     /// How long the kernel may cache entries and attributes.
     pub entry_attr_ttl: Duration,
     /// How long an inode the kernel holds may go unused before msfs asks the kernel to drop it

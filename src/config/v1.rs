@@ -9,6 +9,9 @@ use serde_json::Value;
 use super::Ids;
 use super::backend::{check_absolute, check_url, parse_backend, positive};
 use super::defaults as d;
+
+/// The longest `fuse_io_uring_poll_us` accepted.
+const MAX_IO_URING_POLL: Duration = Duration::from_millis(10);
 use super::error::ConfigError;
 use super::raw;
 use super::reader::{Place, Section, index_path, read};
@@ -69,6 +72,8 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         max_write: d::MAX_WRITE,
         fuse_writeback_cache: d::FUSE_WRITEBACK_CACHE,
         fuse_passthrough: d::FUSE_PASSTHROUGH,
+        fuse_io_uring: d::FUSE_IO_URING,
+        fuse_io_uring_poll: Duration::from_micros(d::FUSE_IO_URING_POLL_US),
         entry_attr_ttl: Duration::from_millis(d::ENTRY_ATTR_TTL_MS),
         evictable_inode_ttl: Duration::from_millis(d::EVICTABLE_INODE_TTL_MS),
         virtual_dir_ttl: Duration::from_millis(d::VIRTUAL_DIR_TTL_MS),
@@ -137,6 +142,15 @@ pub(super) fn parse_v1(
     }
     c.fuse_writeback_cache = raw.fuse_writeback_cache.value_or(d::FUSE_WRITEBACK_CACHE);
     c.fuse_passthrough = raw.fuse_passthrough.value_or(d::FUSE_PASSTHROUGH);
+    c.fuse_io_uring = raw.fuse_io_uring.value_or(d::FUSE_IO_URING);
+    c.fuse_io_uring_poll =
+        Duration::from_micros(raw.fuse_io_uring_poll_us.value_or(d::FUSE_IO_URING_POLL_US));
+    if c.fuse_io_uring_poll > MAX_IO_URING_POLL {
+        return Err(s.invalid(
+            "fuse_io_uring_poll_us",
+            "must be at most 10000: a thread that polls longer only burns a CPU",
+        ));
+    }
     parse_ttls(s, &raw, &mut c)?;
     c.cache = parse_cache(s, &mut raw, warnings)?;
     if c.fuse_passthrough && c.fuse_writeback_cache {

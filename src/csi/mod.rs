@@ -196,6 +196,10 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
             fuse_workers: options.config.fuse_workers,
             fuse_writeback_cache: options.config.fuse_writeback_cache,
             fuse_passthrough: options.config.fuse_passthrough,
+            fuse_io_uring: options
+                .config
+                .fuse_io_uring
+                .then_some(options.config.fuse_io_uring_poll),
             max_volumes: options.max_volumes,
             fuse_stall_warn: options.config.fuse_request_stall_warn,
             inode_eviction: crate::daemon::inode_eviction(&options.config),

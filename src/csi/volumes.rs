@@ -55,6 +55,8 @@ pub struct NodeSettings {
     pub fuse_writeback_cache: bool,
     /// The node config's `fuse_passthrough`, for every volume's connection.
     pub fuse_passthrough: bool,
+    /// The node config's `fuse_io_uring` (and its poll), for every volume's connection.
+    pub fuse_io_uring: Option<Duration>,
     /// At most this many published targets (0: no limit).
     pub max_volumes: usize,
     /// FUSE requests unanswered this long are logged and counted (`None`: no watchdog).
@@ -398,6 +400,7 @@ impl Volumes {
             max_write: MAX_WRITE,
             writeback_cache: self.settings.fuse_writeback_cache,
             passthrough: self.settings.fuse_passthrough,
+            io_uring: self.settings.fuse_io_uring,
             stall_warn: self.settings.fuse_stall_warn,
             inode_eviction: self.settings.inode_eviction,
         };

@@ -303,6 +303,7 @@ fn session_options(config: &Config) -> SessionOptions {
         max_write: config.max_write,
         writeback_cache: config.fuse_writeback_cache,
         passthrough: config.fuse_passthrough,
+        io_uring: config.fuse_io_uring.then_some(config.fuse_io_uring_poll),
         stall_warn: config.fuse_request_stall_warn,
         inode_eviction: inode_eviction(config),
     }

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use super::evictor::{self, InodeEviction};
 use super::{mountpoint, read_ahead};
 use crate::fs::Fs;
-use crate::fuse::{FuseAdapter, KernelInit, Unanswered};
+use crate::fuse::{FuseAdapter, KernelInit, Unanswered, io_uring};
 
 /// How a session is mounted.
 #[derive(Debug, Clone)]
@@ -37,6 +37,9 @@ pub struct SessionOptions {
     pub writeback_cache: bool,
     /// Ask for FUSE passthrough in INIT (`fuse_passthrough`).
     pub passthrough: bool,
+    /// Serve over io_uring when the kernel offers it, its queues' threads polling this long
+    /// before they sleep (`fuse_io_uring`, `fuse_io_uring_poll_us`); `None`: `/dev/fuse`.
+    pub io_uring: Option<Duration>,
     /// Requests unanswered this long are logged and counted (`fuse_request_stall_warn_secs`;
     /// `None`: no watchdog).
     pub stall_warn: Option<Duration>,
@@ -68,6 +71,10 @@ impl SessionOptions {
             SessionACL::Owner
         };
         session.n_threads = Some(self.worker_count());
+        if let Some(poll) = self.io_uring {
+            session.io_uring_queue_depth = IO_URING_QUEUE_DEPTH;
+            session.io_uring_poll = poll;
+        }
         session
     }
 
@@ -103,6 +110,11 @@ pub struct MountedSession {
     evictor_stop: Arc<AtomicBool>,
 }
 
+/// Entries of each CPU's io_uring queue: the requests a CPU's callers can have in msfs's hands
+/// at once (more wait in the kernel). Each entry's payload buffer is `max_write` bytes of
+/// address space, of which only what requests used is ever touched.
+const IO_URING_QUEUE_DEPTH: u16 = 16;
+
 /// How often a hand-off looks whether the requests being answered are done.
 const HAND_OFF_POLL: Duration = Duration::from_millis(5);
 
@@ -119,13 +131,19 @@ impl MountedSession {
             .workers(options.worker_count())
             .writeback_cache(options.writeback_cache)
             .passthrough(options.passthrough)
+            .io_uring(options.io_uring.is_some())
             .watch_stalls(options.stall_warn, &options.name);
         let kernel = adapter.kernel_init();
         let unanswered = adapter.unanswered();
+        if options.io_uring.is_some() {
+            io_uring::allow();
+        }
         let session = Session::new(adapter, path, &options.fuser_config())?;
-        let kernel = *kernel
+        let mut kernel = *kernel
             .get()
             .ok_or_else(|| io::Error::other("the FUSE handshake ended without an INIT"))?;
+        kernel.io_uring_payload = session.io_uring_payload().unwrap_or(0) as u32;
+        io_uring::report(path, options.io_uring.is_some(), kernel.io_uring_payload);
         let fuse_fd = session.as_fd().try_clone_to_owned()?;
         let mounted = MountedSession::serve(session, path, fuse_fd, kernel, unanswered, false)?;
         read_ahead::raise_in_background(path, read_ahead::READ_AHEAD_KIB);
@@ -149,12 +167,20 @@ impl MountedSession {
         let metrics = fs.metrics().clone();
         let adapter = FuseAdapter::new(fs.clone(), runtime, kernel.max_write)
             .workers(options.worker_count())
+            .io_uring(kernel.io_uring_payload > 0)
             .watch_stalls(options.stall_warn, &options.name)
             .resumed(kernel);
         let unanswered = adapter.unanswered();
         let ours = fuse_fd.try_clone()?;
         let config = options.fuser_config();
-        let session = Session::from_initialized_fd(adapter, fuse_fd, config.acl, config);
+        let mut session = Session::from_initialized_fd(adapter, fuse_fd, config.acl, config);
+        if kernel.io_uring_payload > 0 {
+            // The kernel sends this connection's requests through rings only: ours now.
+            session.resume_io_uring(kernel.io_uring_payload as usize, path)?;
+            tracing::warn!(path = %path.display(),
+                "taking over a connection served over io_uring: the kernel does not resend \
+                 requests the previous server was answering through its rings");
+        }
         let mounted = MountedSession::serve(session, path, ours, kernel, unanswered, true)?;
         mounted.start_evictor(&fs, options.inode_eviction);
         metrics.record_fuse_takeover(kernel.resend);

@@ -198,6 +198,18 @@ fn passthrough_needs_per_object_cache_files_and_no_writeback_cache() {
 }
 
 #[test]
+fn an_io_uring_poll_past_ten_milliseconds_is_refused() {
+    assert_eq!(
+        error(
+            "c.yaml",
+            "msfs_version: 1\nfuse_io_uring: true\nfuse_io_uring_poll_us: 10001\n"
+        ),
+        "c.yaml: fuse_io_uring_poll_us: must be at most 10000: a thread that polls longer only \
+         burns a CPU"
+    );
+}
+
+#[test]
 fn a_persistent_cache_needs_one_mapped_file_and_a_directory_of_its_own() {
     assert_eq!(
         error(

@@ -15,6 +15,8 @@ allow_other: false
 lock_code_in_memory: false
 max_write: 1048576
 fuse_writeback_cache: true
+fuse_io_uring: true
+fuse_io_uring_poll_us: 20
 entry_attr_ttl: 5000
 evictable_inode_ttl: 60000
 virtual_dir_ttl: 70000
@@ -89,6 +91,8 @@ fn full_v1_expected(source: &str) -> Config {
         max_write: 1_048_576,
         fuse_writeback_cache: true,
         fuse_passthrough: false,
+        fuse_io_uring: true,
+        fuse_io_uring_poll: Duration::from_micros(20),
         entry_attr_ttl: Duration::from_millis(5000),
         evictable_inode_ttl: Duration::from_millis(60_000),
         virtual_dir_ttl: Duration::from_millis(70_000),
@@ -247,6 +251,8 @@ fn v1_defaults_match_the_reference_table() {
     assert_eq!(c.dir_perm, 0o555);
     assert!(c.allow_other);
     assert_eq!(c.max_write, 131_072);
+    assert!(!c.fuse_io_uring);
+    assert_eq!(c.fuse_io_uring_poll, Duration::from_micros(50));
     assert_eq!(c.entry_attr_ttl, Duration::from_millis(10_000));
     assert_eq!(c.evictable_inode_ttl, Duration::from_millis(1_000_000));
     assert_eq!(c.virtual_dir_ttl, Duration::from_millis(1_000_000));

@@ -7,6 +7,7 @@ use nix::errno::Errno;
 
 use crate::dev_fuse::DevFuse;
 use crate::passthrough::BackingId;
+use crate::uring::RingReply;
 
 /// A raw communication channel to the FUSE kernel driver
 #[derive(Debug, Clone)]
@@ -47,13 +48,21 @@ impl Channel {
         }
     }
 
+    /// msfs: the device, for the io_uring queues of its connection.
+    pub(crate) fn device(&self) -> Arc<DevFuse> {
+        self.0.clone()
+    }
+
     /// Returns a sender object for this channel. The sender object can be
     /// used to send to the channel. Multiple sender objects can be used
     /// and they can safely be sent to other threads.
     pub(crate) fn sender(&self) -> ChannelSender {
         // Since write/writev syscalls are threadsafe, we can simply create
         // a sender by using the same file and use it in other threads.
-        ChannelSender(self.0.clone())
+        ChannelSender {
+            dev: self.0.clone(),
+            ring: None,
+        }
     }
 
     /// Clone the FUSE device fd using FUSE_DEV_IOC_CLONE ioctl.
@@ -80,11 +89,27 @@ impl Channel {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelSender(Arc<DevFuse>);
+pub(crate) struct ChannelSender {
+    dev: Arc<DevFuse>,
+    /// msfs: set for a request that came through an io_uring queue, which its answer
+    /// goes back through (see `crate::uring`).
+    ring: Option<RingReply>,
+}
 
 impl ChannelSender {
+    /// msfs: the sender of a request that came through an io_uring queue.
+    pub(crate) fn ring(reply: RingReply) -> Self {
+        ChannelSender {
+            dev: reply.dev().clone(),
+            ring: Some(reply),
+        }
+    }
+
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
-        let rc = nix::sys::uio::writev(&self.0, bufs)?;
+        if let Some(ring) = &self.ring {
+            return ring.send(bufs);
+        }
+        let rc = nix::sys::uio::writev(&self.dev, bufs)?;
         // writev is atomic, so do not need to check how many bytes are written.
         // libfuse does not do it either
         // https://github.com/libfuse/libfuse/blob/6278995cca991978abd25ebb2c20ebd3fc9e8a13/lib/fuse_lowlevel.c#L267
@@ -93,10 +118,10 @@ impl ChannelSender {
     }
 
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
-        BackingId::create(&self.0, fd)
+        BackingId::create(&self.dev, fd)
     }
 
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
-        unsafe { BackingId::wrap_raw(&self.0, id) }
+        unsafe { BackingId::wrap_raw(&self.dev, id) }
     }
 }

@@ -46,6 +46,13 @@ impl HandOff {
         self.state.dispatching.load(Ordering::SeqCst)
     }
 
+    /// Counts a dispatch that goes ahead whatever the switch says (one that came through
+    /// io_uring, which the kernel cannot resend).
+    pub(crate) fn count(&self) -> Dispatching<'_> {
+        self.state.dispatching.fetch_add(1, Ordering::SeqCst);
+        Dispatching { state: &self.state }
+    }
+
     /// Called by a worker with a request it read: `Some(guard)` to dispatch it (the guard
     /// counts the dispatch until dropped), `None` to drop it unanswered.
     pub(crate) fn admit(&self, request: &[u8]) -> Option<Dispatching<'_>> {

@@ -49,6 +49,8 @@ use crate::reply::Reply;
 use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
 use crate::request::RequestWithSender;
+use crate::uring::RingReply;
+use crate::uring::Rings;
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
 /// FUSE recommends at least 128k, max 16M. The FUSE default is 16M on macOS
@@ -142,6 +144,8 @@ pub struct Session<FS: Filesystem> {
     pub(crate) config: Config,
     /// msfs: the switch that stops dispatching for a hand-off to another process.
     handoff: HandOff,
+    /// msfs: the connection's io_uring queues, when INIT agreed on them.
+    rings: Option<Rings>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -190,6 +194,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config: options.clone(),
             handoff: HandOff::default(),
+            rings: None,
         };
 
         session.handshake()?;
@@ -219,6 +224,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config,
             handoff: HandOff::default(),
+            rings: None,
         };
 
         session.handshake()?;
@@ -249,6 +255,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config,
             handoff: HandOff::default(),
+            rings: None,
         }
     }
 
@@ -256,6 +263,31 @@ impl<FS: Filesystem> Session<FS> {
     /// process can serve its connection (see [`HandOff`]).
     pub fn hand_off(&self) -> HandOff {
         self.handoff.clone()
+    }
+
+    /// msfs: the payload buffer of each io_uring entry, in bytes, when requests come through
+    /// io_uring queues (see `Config::io_uring_queue_depth`); what a successor that takes the
+    /// connection over passes to [`Session::resume_io_uring`].
+    pub fn io_uring_payload(&self) -> Option<usize> {
+        self.rings.as_ref().map(|r| r.payload_len)
+    }
+
+    /// msfs: serves a connection taken over (`from_initialized_fd`) whose INIT agreed on
+    /// io_uring: the kernel sends its requests nowhere else, so the new server registers
+    /// queues of its own (`Config::io_uring_queue_depth` entries each, at least one) with
+    /// buffers of `payload_len` bytes, as the first server's. Requests the kernel queued while
+    /// no entry was free are fetched as the new entries commit answers, the first of which
+    /// a lookup of a made-up name in `mountpoint` starts, on each CPU.
+    pub fn resume_io_uring(&mut self, payload_len: usize, mountpoint: &Path) -> io::Result<()> {
+        let depth = self.config.io_uring_queue_depth.max(1);
+        self.rings = Some(Rings::new(
+            self.ch.device(),
+            depth,
+            payload_len,
+            self.config.io_uring_poll,
+            Some(mountpoint.to_path_buf()),
+        )?);
+        Ok(())
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -290,6 +322,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: _,
             config,
             handoff,
+            rings,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -308,6 +341,7 @@ impl<FS: Filesystem> Session<FS> {
         let mut filesystem = Arc::new(filesystem);
 
         let mut channels = Vec::with_capacity(n_threads);
+        let ring_channel = ch.clone();
 
         for _ in 0..n_threads_minus_one {
             if config.clone_fd {
@@ -345,8 +379,37 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        // msfs: one thread per io_uring queue, beside the `/dev/fuse` workers (which still
+        // carry FORGETs and INTERRUPTs, and end first, when the connection does).
+        let mut ring_threads = Vec::new();
+        let queues = rings.map(|r| r.queues).unwrap_or_default();
+        for queue in &queues {
+            let thread_name = format!("fuser-ring-{}", queue.qid());
+            let event_loop = SessionEventLoop {
+                thread_name: thread_name.clone(),
+                filesystem: filesystem.clone(),
+                ch: ring_channel.clone(),
+                allowed,
+                session_owner,
+                handoff: handoff.clone(),
+            };
+            let queue = queue.clone();
+            ring_threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                queue.serve(|data, reply| event_loop.dispatch_ring(data, reply));
+                Ok(())
+            })?);
+        }
+        drop(ring_channel);
+
         let mut reply: io::Result<()> = Ok(());
-        for thread in threads {
+        let dev_threads = threads.len();
+        for (i, thread) in threads.into_iter().chain(ring_threads).enumerate() {
+            if i == dev_threads {
+                // The connection is gone: entries still in our hands get no completion.
+                for queue in &queues {
+                    queue.stop();
+                }
+            }
             let res = match thread.join() {
                 Ok(res) => res,
                 Err(_) => {
@@ -468,6 +531,35 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // msfs: FUSE over io_uring, when asked for and offered. The rings are set up before
+            // INIT is answered: once it agrees on them, the kernel holds every request until
+            // each CPU's queue has registered.
+            if self.config.io_uring_queue_depth > 0 {
+                if init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
+                    let max_payload = (config.max_write as usize)
+                        .max(usize::from(config.max_pages()) * page_size::get());
+                    match Rings::new(
+                        self.ch.device(),
+                        self.config.io_uring_queue_depth,
+                        max_payload,
+                        self.config.io_uring_poll,
+                        None,
+                    ) {
+                        Ok(rings) => {
+                            config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                            self.rings = Some(rings);
+                        }
+                        Err(e) => {
+                            warn!("FUSE over io_uring unavailable, serving over /dev/fuse: {e}")
+                        }
+                    }
+                } else {
+                    info!(
+                        "the kernel does not offer FUSE over io_uring (fuse.enable_uring), serving over /dev/fuse"
+                    );
+                }
+            }
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -562,6 +654,17 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// msfs: dispatches a request that came through an io_uring queue. Even after a hand-off
+    /// began: the kernel does not resend what it delivered through a ring, so a request left
+    /// unanswered here would be lost to its caller.
+    fn dispatch_ring(&self, data: &[u8], reply: RingReply) {
+        let _dispatching = self.handoff.count();
+        match RequestWithSender::new(ChannelSender::ring(reply), data) {
+            Some(req) => req.dispatch(self),
+            None => error!("{}: an unreadable request", self.thread_name),
+        }
+    }
+
     fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.

@@ -18,6 +18,13 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// msfs: serve over io_uring with this many entries per CPU queue when the kernel offers
+    /// it (`fuse.enable_uring`; Linux 6.14 and later); 0, or a kernel that does not, serves
+    /// over `/dev/fuse` alone. See `crate::uring`.
+    pub io_uring_queue_depth: u16,
+    /// msfs: how long an io_uring queue's thread polls for the next request before it sleeps
+    /// (zero: it sleeps at once).
+    pub io_uring_poll: std::time::Duration,
 }
 
 /// Mount options accepted by the FUSE filesystem type

@@ -417,24 +417,33 @@ impl RingQueue {
         }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let payload_len = total.saturating_sub(OUT_HEADER_SIZE);
-        if total < OUT_HEADER_SIZE || payload_len > entry.payload_len {
-            entry.in_userspace.store(true, Ordering::Release);
-            return Err(io::Error::other(format!(
-                "FUSE answer of {total} bytes does not fit a ring entry"
-            )));
-        }
-        write_answer(entry, bufs, payload_len);
+        let fits = total >= OUT_HEADER_SIZE && payload_len <= entry.payload_len;
+        let refused;
+        let bufs = if fits {
+            bufs
+        } else {
+            // The caller still gets an answer, EIO, rather than waiting for one forever.
+            refused = eio_answer(commit_id);
+            &[IoSlice::new(&refused)][..]
+        };
+        write_answer(entry, bufs, if fits { payload_len } else { 0 });
         if self.on_ring_thread() {
             self.answered_here.store(true, Ordering::Relaxed);
             self.push_commit(index, commit_id);
-            return Ok(());
+        } else {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((index, commit_id));
+            self.wake();
         }
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((index, commit_id));
-        self.wake();
-        Ok(())
+        if fits {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "a FUSE answer of {total} bytes does not fit a ring entry; answered EIO"
+            )))
+        }
     }
 
     /// Submits what is queued and polls, for at most `poll`, until a completion is there
@@ -601,6 +610,15 @@ impl RingQueue {
             }
         }
     }
+}
+
+/// A `fuse_out_header` answering request `unique` with `EIO` and nothing else.
+fn eio_answer(unique: u64) -> [u8; OUT_HEADER_SIZE] {
+    let mut header = [0u8; OUT_HEADER_SIZE];
+    header[..4].copy_from_slice(&(OUT_HEADER_SIZE as u32).to_ne_bytes());
+    header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+    header[8..].copy_from_slice(&unique.to_ne_bytes());
+    header
 }
 
 /// Writes an answer (`bufs`: the out header, then its payload of `payload_len` bytes, bounded

@@ -9,9 +9,6 @@ use serde_json::Value;
 use super::Ids;
 use super::backend::{check_absolute, check_url, parse_backend, positive};
 use super::defaults as d;
-
-/// The longest `fuse_io_uring_poll_us` accepted.
-const MAX_IO_URING_POLL: Duration = Duration::from_millis(10);
 use super::error::ConfigError;
 use super::raw;
 use super::reader::{Place, Section, index_path, read};
@@ -23,6 +20,9 @@ use super::telemetry::parse_telemetry;
 use super::types::{
     BackendConfig, BackendKind, CacheConfig, CacheStorage, Config, S3Config, S3Flavor,
 };
+
+/// The longest `fuse_io_uring_poll_us` accepted.
+const MAX_IO_URING_POLL: Duration = Duration::from_millis(10);
 
 /// Top-level keys of the Go implementation's metadata store (Pebble, B+trees) and
 /// dirty-line accounting, which have no counterpart here.

@@ -659,9 +659,14 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
     /// unanswered here would be lost to its caller.
     fn dispatch_ring(&self, data: &[u8], reply: RingReply) {
         let _dispatching = self.handoff.count();
-        match RequestWithSender::new(ChannelSender::ring(reply), data) {
+        match RequestWithSender::new(ChannelSender::ring(reply.clone()), data) {
             Some(req) => req.dispatch(self),
-            None => error!("{}: an unreadable request", self.thread_name),
+            None => {
+                error!("{}: an unreadable request, answered EIO", self.thread_name);
+                if let Err(e) = reply.refuse() {
+                    error!("{}: {e}", self.thread_name);
+                }
+            }
         }
     }
 

@@ -706,6 +706,12 @@ impl RingReply {
         self.queue.commit(self.index, self.commit_id, bufs)
     }
 
+    /// Answers `EIO`: for a request that cannot be dispatched, whose entry would otherwise
+    /// never come back (nor its caller).
+    pub(crate) fn refuse(&self) -> io::Result<()> {
+        self.send(&[IoSlice::new(&eio_answer(self.commit_id))])
+    }
+
     pub(crate) fn dev(&self) -> &Arc<DevFuse> {
         &self.queue.dev
     }

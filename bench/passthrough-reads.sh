@@ -13,6 +13,10 @@
 #
 #   bench/passthrough-reads.sh [RUNS] [SIZE_MIB] [FILES]      defaults: 5, 1024, 1000
 #
+# With PERF=<file>, then records `perf record -a -g` of 20 passes over the small files through the
+# passthrough mount into <file> and prints each command's share of the samples (idle is
+# `swapper`): where a lent small file's time goes. That needs `perf` (Debian's linux-perf).
+#
 # Needs root (FUSE, and CAP_SYS_ADMIN for passthrough), Linux 6.9 or later, and a built msfs
 # (release if there is one; MSFS=<path> to measure another build). Runs in a temp dir, removed at
 # the end; stops only what it started.
@@ -78,28 +82,28 @@ YAML
     cat "$WORK/mnt-$mode/data/large" "$WORK/mnt-$mode/data/small/"* > /dev/null
 done
 
-# One timed read of PATHS... as MiB/s: each file opened, read to the end in 1 MiB reads and
-# closed; with EVICT=1, after its page cache was dropped.
-timed_read() {
-    EVICT=${EVICT:-1} python3 - "$@" <<'PY'
+# One timed read of PATHS... as MiB/s (PASSES of them, a line each): each file opened, read to the
+# end in 1 MiB reads and closed; with EVICT=1, after its page cache was dropped.
+cat > "$WORK/timed_read.py" <<'PY'
 import os, sys, time
 paths = sys.argv[1:]
-for p in paths if os.environ["EVICT"] == "1" else []:
-    fd = os.open(p, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
-total, start = 0, time.monotonic()
-for p in paths:
-    fd = os.open(p, os.O_RDONLY)
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            break
-        total += len(chunk)
-    os.close(fd)
-print(f"{total / (time.monotonic() - start) / (1 << 20):.0f}")
+for _ in range(int(os.environ.get("PASSES", "1"))):
+    for p in paths if os.environ.get("EVICT", "1") == "1" else []:
+        fd = os.open(p, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    total, start = 0, time.monotonic()
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+        os.close(fd)
+    print(f"{total / (time.monotonic() - start) / (1 << 20):.0f}")
 PY
-}
+timed_read() { python3 "$WORK/timed_read.py" "$@"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 # The passthrough mount's cache files, largest first: the 1 GiB object, then the small ones.
@@ -131,3 +135,9 @@ for what in large small; do
     unset got
 done
 echo "passthrough mount: $(curl -s "http://127.0.0.1:$PORT/metrics" | grep '^msfs_fuse_passthrough_opens_total' || echo 'no passthrough opens')"
+if [ -n "${PERF:-}" ]; then
+    PASSES=20 perf record -q -a -g -F 4000 -o "$PERF" -- \
+        python3 "$WORK/timed_read.py" "$WORK/mnt-passthrough/data/small/"* > /dev/null
+    echo "perf: samples by command, 20 passes over the small files through the passthrough mount ($PERF):"
+    perf report -i "$PERF" --no-children --sort comm --stdio -g none 2> /dev/null | grep -E '^ +[0-9]' | head -6
+fi

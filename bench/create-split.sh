@@ -16,10 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
 FILES=${2:-300}
-RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
-[ -x "$RAW" ] || { echo "no raw client at $RAW: cargo build --release --example raw_read" >&2; exit 2; }
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh create-split
+need_raw_client
 BUILDS=("a=$MSFS")
 [ -z "${MSFS_B:-}" ] || BUILDS+=("b=$MSFS_B")
 

@@ -15,10 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 FILES=${2:-1000}
-RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
-[ -x "$RAW" ] || { echo "no raw client at $RAW: cargo build --release --example raw_read" >&2; exit 2; }
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh ls-parts
+need_raw_client
 trap 'stop_garage; cleanup' EXIT
 BUCKET=ls-parts
 start_garage "$BUCKET"

@@ -3,9 +3,15 @@
 # is one, else the debug one), WORK (a scratch directory
 # /tmp/msfs-NAME.XXXXXX), M (the mountpoint path inside it) and DAEMON (empty: the script puts
 # the PID of the msfs it starts there), and at exit unmounts M, waits for DAEMON and removes
-# WORK, so that a script stops only what it started.
+# WORK, so that a script stops only what it started. Sets RAW too (below).
 MSFS=${MSFS:-$PWD/target/release/msfs}
 [ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
+# The raw S3 client (RAW_READ, else the release example); scripts that use it call
+# `need_raw_client` first, which stops them with the build command when it is missing.
+RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
+need_raw_client() {
+    [ -x "$RAW" ] || { echo "no raw client at $RAW: cargo build --release --example raw_read" >&2; exit 2; }
+}
 WORK=$(mktemp -d "/tmp/msfs-$1.XXXXXX")
 M=$WORK/mnt
 DAEMON=""

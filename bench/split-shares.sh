@@ -15,12 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-4}
-RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
-[ -x "$RAW" ] || { echo "no raw client at $RAW: cargo build --release --example raw_read" >&2; exit 2; }
 # The script, and everything it starts from here on, on CPU 1.
 taskset -p -c 1 $$ > /dev/null
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh split-shares
+need_raw_client
 trap 'stop_garage; cleanup' EXIT
 BUCKET=split-shares
 start_garage "$BUCKET"

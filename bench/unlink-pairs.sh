@@ -17,14 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-20}
 FILES=${2:-100}
-RAW=${RAW_READ:-$PWD/target/release/examples/raw_read}
-if [ ! -x "$RAW" ]; then
-    echo "no raw client at $RAW: cargo build --release --example raw_read" >&2
-    exit 2
-fi
 [ -n "${MSFS_B:-}" ] || { echo "MSFS_B: the other build to compare with" >&2; exit 2; }
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh unlink-pairs
+need_raw_client
 DAEMONS=()
 stop_all() {
     for name in a b; do

@@ -36,9 +36,12 @@ const RSS_SLACK_KIB: u64 = 32 << 10;
 /// [`settle`]): the store's connection pool grows to the peak number of requests in flight, and
 /// a burst of reads late in the run legitimately opens a dozen more connections at once.
 const FILE_SLACK: u64 = 8;
-/// Threads the runtime may add or drop at any instant (blocking-pool workers, which exit
-/// after a few idle seconds) beyond the warm-up peak.
-const THREAD_SLACK: u64 = 8;
+/// Threads the runtime may add or drop at any instant beyond the middle third's peak: the
+/// blocking pool keeps a worker for every blocking task that ran at once in the last 10 s, so a
+/// burst of commits late in the run grows it (CI saw 35 threads in the last third of a
+/// four-volume run against a middle-third peak of 24, back to 8 once settled). A leaked thread
+/// never exits, and is caught by [`settle`] within `SETTLED_SLACK`.
+const THREAD_SLACK: u64 = 16;
 /// How far above its state before the load a process may stay once the load is over and idle
 /// connections have been closed.
 const SETTLED_SLACK: u64 = 4;

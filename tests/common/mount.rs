@@ -41,6 +41,11 @@ pub struct MsfsMount {
     stdout_path: PathBuf,
     stderr_path: PathBuf,
     state_dir: PathBuf,
+    /// The process's `TMPDIR`. Without `cache_dir_path` msfs keeps its spill files and upload
+    /// journal under the system temp directory, and a process a test kills leaves them there
+    /// for a successor over the same directory; inside the test's own directory they go with it
+    /// instead of piling up in `/tmp`.
+    tmp_dir: PathBuf,
     /// Arguments given to `msfs mount` besides the config, mountpoint and state directory.
     extra_args: Vec<String>,
     // Last field: removed after `Drop::drop` has unmounted and reaped.
@@ -82,8 +87,10 @@ impl MsfsMount {
         let stdout_path = root.join("msfs.stdout");
         let stderr_path = root.join("msfs.stderr");
         let state_dir = root.join("state");
-        std::fs::create_dir(&mountpoint)
-            .map_err(|e| format!("create {}: {e}", mountpoint.display()))?;
+        let tmp_dir = root.join("tmp");
+        for made in [&mountpoint, &tmp_dir] {
+            std::fs::create_dir(made).map_err(|e| format!("create {}: {e}", made.display()))?;
+        }
         std::fs::write(&config_path, config_text)
             .map_err(|e| format!("write {}: {e}", config_path.display()))?;
         let mut mount = MsfsMount {
@@ -95,6 +102,7 @@ impl MsfsMount {
             stdout_path,
             stderr_path,
             state_dir,
+            tmp_dir,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             dir: Some(dir),
         };
@@ -118,6 +126,7 @@ impl MsfsMount {
             .arg(&self.state_dir)
             .args(&self.extra_args)
             .args(more)
+            .env("TMPDIR", &self.tmp_dir)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

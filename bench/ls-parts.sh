@@ -3,8 +3,8 @@
 # LIST): each round mounts msfs afresh over a garage bucket holding dir/f00000..f00999 and
 # times, as the harness does (a `subprocess` from spawn to exit), the cold `ls -l` of the
 # directory, the same `ls -l` twice more (listing and attributes now in msfs's and the kernel's
-# caches: `ls`'s own part, process start included), an `ls -f` (names only), and the raw client's
-# LIST of the same prefix (its own clock). Prints milliseconds.
+# caches: what is left with nothing to fetch, process start included), an `ls -f` (names only),
+# and the raw client's LIST of the same prefix (its own clock). Prints milliseconds.
 #
 #   bench/ls-parts.sh [ROUNDS] [FILES]      defaults: 5, 1000
 #

@@ -29,19 +29,21 @@ taskset -a -p -c 0 "$(cat "$WORK/s3/garage.pid")" > /dev/null
 
 # "cpu0 busy total cpu1 busy total" in clock ticks, from /proc/stat.
 ticks() { awk '/^cpu[01] / {busy = $2 + $3 + $4 + $7 + $8 + $9; printf "%s %d %d ", $1, busy, busy + $5 + $6}' /proc/stat; }
-# MiB/s of 1 GiB read between two times in seconds, and each CPU's busy share between two ticks.
+# WHO SECONDS BEFORE AFTER: MiB/s of 1 GiB read in SECONDS, and each CPU's busy share between
+# the two `ticks`.
 report() {
     python3 - "$@" <<'PY'
 import sys
-who, start, end, before, after = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split(), sys.argv[5].split()
+who, seconds, before, after = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 shares = []
 for i in (0, 3):
     busy, total = int(after[i + 1]) - int(before[i + 1]), int(after[i + 2]) - int(before[i + 2])
     shares.append(f"{before[i]} {100 * busy / max(total, 1):.0f}% busy")
-print(f"{who:<5} {1024 / (end - start):.0f} MiB/s   " + ", ".join(shares))
+print(f"{who:<5} {1024 / seconds:.0f} MiB/s   " + ", ".join(shares))
 PY
 }
 now() { date +%s.%N; }
+since() { python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$1" "$(now)"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 echo "garage on CPU 0; the raw client, msfs and dd on CPU 1; $ROUNDS rounds"
@@ -53,7 +55,7 @@ for round in $(seq "$ROUNDS"); do
     after=$(ticks)
     # The raw client's own clock (its process start is not the read's).
     seconds=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["seconds"])' "$out")
-    report raw 0 "$seconds" "$before" "$after"
+    report raw "$seconds" "$before" "$after"
 
     mkdir -p "$WORK/cache-$round" "$M"
     write_msfs_config "$WORK/config-$round.yaml" "$WORK/cache-$round" "$BUCKET"
@@ -63,8 +65,8 @@ for round in $(seq "$ROUNDS"); do
     drop
     before=$(ticks) start=$(now)
     dd if="$M/b/big" of=/dev/null bs=1M status=none
-    end=$(now) after=$(ticks)
-    report msfs "$start" "$end" "$before" "$after"
+    seconds=$(since "$start") after=$(ticks)
+    report msfs "$seconds" "$before" "$after"
     umount "$M"
     wait "$DAEMON" || true
     DAEMON=""

@@ -122,7 +122,10 @@ impl Spares {
         let taken = ready.spares.pop_front();
         if taken.is_some() {
             ready.taken += 1;
-            if !ready.stopped {
+            // Only when there is something to make: files written one after the other take
+            // back their directories as fast as they take them, and waking the maker for
+            // nothing was a sixth of the daemon's thread switches per small file.
+            if !ready.stopped && ready.spares.len() < READY {
                 self.shared.wake.notify_one();
             }
         }

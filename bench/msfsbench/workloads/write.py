@@ -25,6 +25,9 @@ from .registry import Context, State, Unit, Workload, family
 from .scratch import Scratch
 
 BLOCKS = (4 * KiB, 64 * KiB)
+# The large file is also written in 1 MiB write()s: issue #21's sequential target names both
+# 64 KiB and 1 MiB blocks (1 MiB is the writers' longest single write, writers.MAX_BLOCK).
+LARGE_BLOCKS = (*BLOCKS, writers.MAX_BLOCK)
 RAW_PART = 8 * MiB  # msfs's multipart grid (src/write/plan.rs DEFAULT_PART)
 RAW_PARTS_IN_FLIGHT = 4  # msfs's parts in parallel per commit (src/write/commit.rs)
 # Assumed rates for the duration estimate only (the slowest peer sets the pace).
@@ -129,12 +132,12 @@ def write(scale: Scale) -> list[Workload]:
                 smoke=(block == 64 * KiB and threads == scale.write_threads[0]), writes=True,
             ))
     large = human_bytes(scale.write_large_size)
-    for block in BLOCKS:
-        kib = block // KiB
-        name = f"write-seq-{kib}k"
+    for block in LARGE_BLOCKS:
+        label = f"{block // MiB}m" if block >= MiB else f"{block // KiB}k"
+        name = f"write-seq-{label}"
         out.append(Workload(
-            name=name, family="write", title=f"{large} file, {kib} KiB",
-            description=f"create one {large} file, write it start to end in {kib} KiB write()s by one "
+            name=name, family="write", title=f"{large} file, {human_bytes(block)}",
+            description=f"create one {large} file, write it start to end in {human_bytes(block)} write()s by one "
             "thread, close; timed until the store holds it.",
             unit=Unit.MIB_S, state=State.COLD, dataset="new file", io="buffered",
             on_fs=partial(_large_fs, name=name, block=block), on_raw=partial(_large_raw, name=name),

@@ -36,11 +36,7 @@ esac
 need_raw_client
 SHM=$(mktemp -d /dev/shm/msfs-create-floor.XXXXXX)
 RAM_M=$WORK/ram-mnt RAM_DAEMON=""
-stop_ram_mount() {
-    if grep -qs " $RAM_M " /proc/self/mounts; then umount "$RAM_M" || umount -l "$RAM_M"; fi
-    if [ -n "$RAM_DAEMON" ]; then wait "$RAM_DAEMON" 2>/dev/null || true; fi
-}
-trap 'stop_ram_mount; stop_garage; rm -rf "$SHM"; cleanup' EXIT
+trap 'stop_mount "$RAM_M" "$RAM_DAEMON"; stop_garage; rm -rf "$SHM"; cleanup' EXIT
 BUCKET=create-floor
 start_garage "$BUCKET"
 GARAGE=$(cat "$WORK/s3/garage.pid")

@@ -3,7 +3,8 @@
 # is one, else the debug one), WORK (a scratch directory
 # /tmp/msfs-NAME.XXXXXX), M (the mountpoint path inside it) and DAEMON (empty: the script puts
 # the PID of the msfs it starts there), and at exit unmounts M, waits for DAEMON and removes
-# WORK, so that a script stops only what it started. Sets RAW too (below).
+# WORK, so that a script stops only what it started (`stop_mount` does the same for another
+# mount). Sets RAW too (below).
 MSFS=${MSFS:-$PWD/target/release/msfs}
 [ -x "$MSFS" ] || MSFS=$PWD/target/debug/msfs
 # The raw S3 client (RAW_READ, else the release example); scripts that use it call
@@ -16,9 +17,14 @@ WORK=$(mktemp -d "/tmp/msfs-$1.XXXXXX")
 M=$WORK/mnt
 DAEMON=""
 
+# Unmounts $1 if it is mounted and waits for msfs process $2 (if given) to exit.
+stop_mount() {
+    if grep -qs " $1 " /proc/self/mounts; then umount "$1" || umount -l "$1"; fi
+    if [ -n "${2:-}" ]; then wait "$2" 2>/dev/null || true; fi
+}
+
 cleanup() {
-    if grep -qs " $M " /proc/self/mounts; then umount "$M" || umount -l "$M"; fi
-    if [ -n "$DAEMON" ]; then wait "$DAEMON" 2>/dev/null || true; fi
+    stop_mount "$M" "$DAEMON"
     rm -rf "$WORK"
 }
 trap cleanup EXIT

@@ -119,7 +119,34 @@ def _peer_table(results: Results, workloads: list[dict]) -> list[str]:
                   "`flush_on_close: true`; mount-s3 and s3fs upload in close; rclone is timed until the "
                   "store lists the upload) and fail if a read-back check of the store finds a lost or "
                   "wrong write."]
+    lines += _fsync_note(results, workloads, fs_peers)
     return lines
+
+
+def _fsync_note(results: Results, workloads: list[dict], peers: list[str]) -> list[str]:
+    """Under a table with an fsync cell (`write-fsync`): whose fsync returned before the store held
+    the file (asked before the close, `store_held_at_fsync`), and whose waited."""
+    waited: list[str] = []
+    early: list[str] = []
+    for w in workloads:
+        for peer in peers:
+            cell = results.get(w["name"], peer)
+            held = [s.detail["store_held_at_fsync"] for s in (cell.samples if cell else [])
+                    if "store_held_at_fsync" in s.detail]
+            if not held:
+                continue
+            if all(held):
+                waited.append(peer)
+            else:
+                early.append(peer if not any(held) else f"{peer} ({held.count(False)} of {len(held)} runs)")
+    if not waited and not early:
+        return []
+    said = []
+    if waited:
+        said.append(f"the store held the file when fsync returned on {', '.join(waited)}")
+    if early:
+        said.append(f"it did not on {', '.join(early)}, whose figure is its local cache's rate, not the store's")
+    return ["", f"fsync (write-fsync): {'; '.join(said)}."]
 
 
 def _limited_table(results: Results, workloads: list[dict]) -> list[str]:

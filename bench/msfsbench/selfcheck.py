@@ -56,6 +56,8 @@ def problems(json_path: Path, md_path: Path, pngs: list[Path], workloads: list[s
         limited = [w for w in workloads if described.get(w, {}).get("peers")]
         if any(described[w].get("reference") for w in limited) and "/reference |" not in table:
             found.append("table has no reference column for the workloads that have one")
+        if "write-fsync" in workloads and "fsync (write-fsync):" not in table:
+            found.append("table does not say whose fsync waited for the store")
         if doc.get("interleave") and "interleaved" not in table:  # `--self-check --interleave`
             found.append("table does not say the runs were interleaved")
     families = set(doc.get("families", {}))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import queue
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 VERBOSE = False
 
@@ -81,6 +83,86 @@ def run_killable(cmd: Sequence[str | os.PathLike[str]], *, timeout: float, cwd: 
 
 
 _ABANDONED: list[subprocess.Popen[str]] = []
+
+
+def run_paused(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    timeout: float,
+    at_pause: Callable[[str], None],
+    cwd: Path | None = None,
+) -> str:
+    """Runs `cmd`, a child that prints one line when it reaches its pause and then waits for a
+    line on its stdin: calls `at_pause` with that line while the child waits, lets it go on, and
+    returns the rest of its stdout. Past `timeout` (for the whole run) kills it as
+    `run_killable` does; a child that exits without pausing is an error."""
+    args = [str(c) for c in cmd]
+    debug("$ " + shlex.join(args))
+    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # Threads drain both pipes, so a full stderr cannot block the child and a silent one cannot
+    # block the harness past the deadline.
+    lines: queue.Queue[str | None] = queue.Queue()
+    stderr: list[str] = []
+
+    def pump_stdout() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def pump_stderr() -> None:
+        assert proc.stderr is not None
+        stderr.extend(proc.stderr)
+
+    pumps = [threading.Thread(target=pump, daemon=True) for pump in (pump_stdout, pump_stderr)]
+    for pump in pumps:
+        pump.start()
+    deadline = time.monotonic() + timeout
+
+    def killed() -> CommandTimeout:
+        proc.kill()
+        _ABANDONED.append(proc)
+        return CommandTimeout(f"{shlex.join(args[:4])} ... still running after {timeout:.0f} s; killed")
+
+    def next_line() -> str | None:
+        try:
+            return lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            raise killed() from None
+
+    def exited() -> int:
+        try:
+            return proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            raise killed() from None
+
+    def failed(what: str) -> CommandError:
+        pumps[1].join(timeout=1.0)  # the last of its stderr
+        tail = "\n".join("".join(stderr).strip().splitlines()[-15:])
+        return CommandError(f"{shlex.join(args)} {what}:\n{tail}")
+
+    pause = next_line()
+    if pause is None:
+        raise failed(f"exited {exited()} before its pause")
+    try:
+        at_pause(pause)
+    except BaseException:
+        proc.kill()  # it would wait on its stdin for ever
+        _ABANDONED.append(proc)
+        raise
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # it is gone: its exit status says why, below
+    rest = []
+    while (line := next_line()) is not None:
+        rest.append(line)
+    if exited() != 0:
+        raise failed(f"exited {proc.returncode}")
+    return "".join(rest)
 
 
 def run_streaming(cmd: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from .scale import MiB
-from .shell import run_killable
+from .shell import run_killable, run_paused
 
 PACKAGE_PARENT = Path(__file__).resolve().parents[1]  # the child runs `-m msfsbench.writers` from here
 
@@ -96,11 +96,25 @@ def create_bytes(index: int) -> bytes:
     return b"%07d\n" % (index % 10_000_000)
 
 
-def run_writer(tool: str, workdir: Path, timeout: float, **args: Any) -> dict[str, Any]:
-    """Runs one tool in a child process; kills it (and fails) after `timeout` seconds."""
+def _writer_command(tool: str, workdir: Path, args: dict[str, Any]) -> list[str | Path]:
     spec = workdir / "writer.json"
     spec.write_text(json.dumps({"tool": tool, **args}))
-    out = run_killable([sys.executable, "-m", "msfsbench.writers", spec], timeout=timeout, cwd=PACKAGE_PARENT)
+    return [sys.executable, "-m", "msfsbench.writers", spec]
+
+
+def run_writer(tool: str, workdir: Path, timeout: float, **args: Any) -> dict[str, Any]:
+    """Runs one tool in a child process; kills it (and fails) after `timeout` seconds."""
+    out = run_killable(_writer_command(tool, workdir, args), timeout=timeout, cwd=PACKAGE_PARENT)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_paused_writer(
+    tool: str, workdir: Path, timeout: float, at_pause: Callable[[dict[str, Any]], None], **args: Any
+) -> dict[str, Any]:
+    """`run_writer` for a tool that pauses (`write_fsync`): `at_pause` gets what it printed at
+    its pause and runs while the tool waits."""
+    out = run_paused(_writer_command(tool, workdir, args), timeout=timeout, cwd=PACKAGE_PARENT,
+                     at_pause=lambda line: at_pause(json.loads(line)))
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -134,17 +148,44 @@ def write_files(paths: list[str], size: int, block: int, threads: int, period: i
     def one(index: int, path: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            base = index * FILE_STRIDE
-            for offset in range(0, size, block):
-                view = data.window(base + offset, min(block, size - offset))
-                while view:
-                    view = view[os.write(fd, view):]
+            _write_file(fd, data, index, size, block)
         finally:
             os.close(fd)
 
     start = time.monotonic()
     _in_threads(paths, threads, one)
     return {"start": start, "end": time.monotonic(), "bytes": size * len(paths), "files": len(paths)}
+
+
+def _write_file(fd: int, data: Pool, index: int, size: int, block: int) -> None:
+    """File `index`'s `size` bytes, start to end in `block` writes."""
+    base = index * FILE_STRIDE
+    for offset in range(0, size, block):
+        view = data.window(base + offset, min(block, size - offset))
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def write_fsync(path: str, size: int, block: int, period: int) -> dict[str, Any]:
+    """Creates file 0, writes it start to end in `block` writes and fsyncs it; then, still open,
+    prints the moment the fsync returned and waits for a line on stdin (the harness asks the
+    store meanwhile whether it holds the file) before it closes."""
+    data = pool(period)
+    start = time.monotonic()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_file(fd, data, 0, size, block)
+        written = time.monotonic()
+        os.fsync(fd)
+        fsynced = time.monotonic()
+        print(json.dumps({"fsynced": fsynced}), flush=True)
+        sys.stdin.readline()
+    finally:
+        closing = time.monotonic()
+        os.close(fd)
+    end = time.monotonic()
+    return {"start": start, "end": end, "fsynced": fsynced, "bytes": size, "write_seconds": written - start,
+            "fsync_seconds": fsynced - written, "close_seconds": end - closing}
 
 
 def write_random(path: str, size: int, block: int, seconds: float, period: int) -> dict[str, Any]:
@@ -190,7 +231,8 @@ def unlink_files(paths: list[str], threads: int) -> dict[str, Any]:
 
 
 TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
-    "files": write_files, "random": write_random, "create": create_files, "unlink": unlink_files,
+    "files": write_files, "fsync": write_fsync, "random": write_random, "create": create_files,
+    "unlink": unlink_files,
 }
 
 

@@ -103,7 +103,7 @@ class Workload:
     #                          (None: no raw limit exists, the raw column says n/a and why)
     raw_note: str  # how the raw client does it (or why there is no raw limit)
     est_seconds: float  # expected seconds per run per peer, for the duration estimate
-    smoke: bool = False  # part of --self-check (one per family)
+    smoke: bool = False  # part of --self-check (one per family; the write family's fsync cell too)
     writes: bool = False  # needs a writable mount (peers are mounted read-only otherwise)
     peers: tuple[str, ...] | None = None  # the filesystems it runs on (None: every one); a
     #                                       feature only msfs has is ("msfs",)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..datasets import numbered
 from ..measure import Sample
 from ..verify import Listing, LostWrites, wait_for
-from ..writers import run_writer
+from ..writers import run_paused_writer, run_writer
 from .registry import Context
 
 
@@ -46,6 +46,10 @@ class Scratch:
     def write(self, tool: str, extra_seconds: float = 0.0, **args: Any) -> dict[str, Any]:
         """Runs a writer tool on the mount, killed after the scale's cap."""
         return run_writer(tool, self.ctx.workdir, self.ctx.scale.write_cap_seconds + extra_seconds, **args)
+
+    def write_paused(self, tool: str, at_pause: Callable[[dict[str, Any]], None], **args: Any) -> dict[str, Any]:
+        """`write` for a tool that pauses (`writers.write_fsync`), calling `at_pause` meanwhile."""
+        return run_paused_writer(tool, self.ctx.workdir, self.ctx.scale.write_cap_seconds, at_pause, **args)
 
     def stop_clock(self, out: dict[str, Any], done: Callable[[Listing], bool], what: str) -> float:
         """Seconds from the tool's start until what it wrote is durable: its end for a peer whose

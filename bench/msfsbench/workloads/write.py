@@ -88,6 +88,30 @@ def _large_raw(ctx: Context, name: str) -> Sample:
         s.clean()
 
 
+def _fsync_fs(ctx: Context, name: str) -> Sample:
+    size, block = ctx.scale.write_large_size, writers.MAX_BLOCK
+    period = writers.period_for(size)
+    s = Scratch.make(ctx, name)
+    try:
+        key = s.keys(1)[0]
+        held: dict[str, bool] = {}
+
+        def ask_the_store(_: dict) -> None:
+            # The file is still open: only what the fsync made durable can be in the store.
+            held["at_fsync"] = ctx.raw.objects_under(s.prefix).get(key, (-1, ""))[0] == size
+
+        out = s.write_paused("fsync", ask_the_store, path=str(ctx.mount / key), size=size, block=block,
+                             period=period)
+        # Not the figure (that is the fsync's), but the check below must find the file uploaded.
+        s.stop_clock(out, verify.sizes_are({key: size}), "the file")
+        sample = Sample.throughput(size, out["fsynced"] - out["start"], tool="writers fsync", block_size=block,
+                                   store_held_at_fsync=held["at_fsync"], fsync_seconds=out["fsync_seconds"],
+                                   close_seconds=out["close_seconds"], **s.waited(out))
+        return s.checked(sample, "MiB/s", lambda: verify.check_files(ctx.raw, s.prefix, [key], size, period))
+    finally:
+        s.clean()
+
+
 def _random_fs(ctx: Context, name: str, block: int) -> Sample:
     size, seconds = ctx.data.large.size, ctx.scale.fio_seconds
     period = writers.period_for(size)
@@ -144,6 +168,20 @@ def write(scale: Scale) -> list[Workload]:
             raw_note=f"one multipart upload, {human_bytes(RAW_PART)} parts, {RAW_PARTS_IN_FLIGHT} in flight",
             est_seconds=scale.write_large_size / MiB / EST_WRITE_MIB_S + 3, writes=True,
         ))
+    # Issue #21: which peers' fsync waits for the store. The figure is the rate until fsync
+    # returned; whether the store held the file then (asked before the close) is in the JSON
+    # and under the table.
+    out.append(Workload(
+        name="write-fsync", family="write", title=f"{large} file, 1 MiB, fsync",
+        description=f"create one {large} file, write it start to end in 1 MiB write()s by one thread, "
+        "fsync; timed until fsync returns. Before the close, the store is asked whether it holds the "
+        "file (a peer whose fsync returns first is named under the table).",
+        unit=Unit.MIB_S, state=State.COLD, dataset="new file", io="buffered",
+        on_fs=partial(_fsync_fs, name="write-fsync"), on_raw=partial(_large_raw, name="write-fsync"),
+        raw_note=f"one multipart upload, {human_bytes(RAW_PART)} parts, {RAW_PARTS_IN_FLIGHT} in flight",
+        est_seconds=scale.write_large_size / MiB / EST_WRITE_MIB_S + 3, writes=True,
+        smoke=True,  # the one tool that pauses (`shell.run_paused`): run by the self-check too
+    ))
     return out
 
 

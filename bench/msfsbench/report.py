@@ -115,10 +115,12 @@ def _peer_table(results: Results, workloads: list[dict]) -> list[str]:
     if no_raw:
         lines += ["", f"n/a: no raw limit for {', '.join(w['name'] for w in no_raw)} ({no_raw[0]['raw']})."]
     if any(w.get("writes") for w in workloads):
+        fsync_clock = " write-fsync is timed until its fsync returns instead." if any(
+            w["name"] == "write-fsync" for w in workloads) else ""
         lines += ["", "Write cells are timed until the store holds what was written (msfs with "
                   "`flush_on_close: true`; mount-s3 and s3fs upload in close; rclone is timed until the "
                   "store lists the upload) and fail if a read-back check of the store finds a lost or "
-                  "wrong write."]
+                  f"wrong write.{fsync_clock}"]
     lines += _fsync_note(results, workloads, fs_peers)
     return lines
 

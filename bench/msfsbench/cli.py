@@ -54,7 +54,7 @@ def parse(argv: list[str]) -> Options:
                    help="the manifest group at 100M objects (a tree of ~100K directories and one flat "
                    "directory): tens of GiB of disk, most of an hour with `ls -l` of the flat directory")
     p.add_argument("--self-check", action="store_true",
-                   help="seconds-long smoke run (tiny data, one workload per family, msfs + raw), "
+                   help="seconds-long smoke run (tiny data, one workload per family (two for writes), msfs + raw), "
                    "into a temp dir; exits non-zero if any output is missing")
     p.add_argument("--only", nargs="+", metavar="NAME", help="workload names, families or patterns (rand-*)")
     p.add_argument("--peers", help="comma-separated filesystems to compare (default msfs,mount-s3,s3fs,rclone; "

@@ -132,7 +132,7 @@ SELF_CHECK = Scale(
     manifest_flat=6000,  # > 5 pages of 1,000: the flat-directory split runs
     manifest_stats=20,
     manifest_cap_seconds=120.0,
-    note="self-check: tiny data, one workload per family, numbers are meaningless",
+    note="self-check: tiny data, one workload per family (two for writes), numbers are meaningless",
 )
 
 

@@ -73,16 +73,25 @@ def run_killable(cmd: Sequence[str | os.PathLike[str]], *, timeout: float, cwd: 
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        _ABANDONED.append(proc)  # reaped when the interpreter exits
-        raise CommandTimeout(f"{shlex.join(args[:4])} ... still running after {timeout:.0f} s; killed") from None
+        raise _abandoned(proc, args, timeout) from None
     if proc.returncode != 0:
-        tail = "\n".join(err.strip().splitlines()[-15:])
-        raise CommandError(f"{shlex.join(args)} exited {proc.returncode}:\n{tail}")
+        raise _failed(args, f"exited {proc.returncode}", err)
     return out
 
 
 _ABANDONED: list[subprocess.Popen[str]] = []
+
+
+def _abandoned(proc: subprocess.Popen[str], args: list[str], timeout: float) -> CommandTimeout:
+    """Kills `proc` without waiting for it (reaped when the interpreter exits) and says so."""
+    proc.kill()
+    _ABANDONED.append(proc)
+    return CommandTimeout(f"{shlex.join(args[:4])} ... still running after {timeout:.0f} s; killed")
+
+
+def _failed(args: list[str], what: str, stderr: str) -> CommandError:
+    tail = "\n".join(stderr.strip().splitlines()[-15:])
+    return CommandError(f"{shlex.join(args)} {what}:\n{tail}")
 
 
 def run_paused(
@@ -120,27 +129,21 @@ def run_paused(
         pump.start()
     deadline = time.monotonic() + timeout
 
-    def killed() -> CommandTimeout:
-        proc.kill()
-        _ABANDONED.append(proc)
-        return CommandTimeout(f"{shlex.join(args[:4])} ... still running after {timeout:.0f} s; killed")
-
     def next_line() -> str | None:
         try:
             return lines.get(timeout=max(deadline - time.monotonic(), 0.01))
         except queue.Empty:
-            raise killed() from None
+            raise _abandoned(proc, args, timeout) from None
 
     def exited() -> int:
         try:
             return proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
-            raise killed() from None
+            raise _abandoned(proc, args, timeout) from None
 
     def failed(what: str) -> CommandError:
         pumps[1].join(timeout=1.0)  # the last of its stderr
-        tail = "\n".join("".join(stderr).strip().splitlines()[-15:])
-        return CommandError(f"{shlex.join(args)} {what}:\n{tail}")
+        return _failed(args, what, "".join(stderr))
 
     pause = next_line()
     if pause is None:
@@ -148,8 +151,7 @@ def run_paused(
     try:
         at_pause(pause)
     except BaseException:
-        proc.kill()  # it would wait on its stdin for ever
-        _ABANDONED.append(proc)
+        _abandoned(proc, args, timeout)  # it would wait on its stdin for ever
         raise
     assert proc.stdin is not None
     try:

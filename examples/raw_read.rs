@@ -16,6 +16,7 @@
 //! raw_read --bucket B random  --key K --request-size S --requests N --concurrency C [--seed X]
 //! raw_read --bucket B objects --prefix P [--limit N] [--request-size S] [--bytes T] --concurrency C
 //! raw_read --bucket B list    --prefix P [--delimiter /] [--keys]
+//! raw_read --bucket B watch   --prefix P [--first-ms M] [--last-ms M]
 //! raw_read --bucket B ttfb    --key K
 //! raw_read --bucket B seed    --size S [--part-size P] [--concurrency C] (KEY... | --keys-file F)
 //! raw_read --bucket B put-objects --prefix P --count N --size S --concurrency C
@@ -120,6 +121,21 @@ enum Command {
         delimiter: Option<String>,
         #[arg(long)]
         keys: bool,
+    },
+    /// List a prefix again and again until killed, the pause between listings growing from
+    /// `first_ms` by half each time to at most `last_ms`; print a line (not the one JSON object
+    /// of the other commands) each time the listing differs from the last: `{"at", "objects"}`,
+    /// `at` the moment the listing arrived on the system-wide monotonic clock (Python's
+    /// `time.monotonic`). The harness's wait for a peer's uploads: uploads that end soon after
+    /// the close are seen within a few ms, and a long wait costs the server a listing per
+    /// `last_ms`, from one process (a process per listing cost the CPU being measured).
+    Watch {
+        #[arg(long)]
+        prefix: String,
+        #[arg(long, default_value_t = 2)]
+        first_ms: u64,
+        #[arg(long, default_value_t = 50)]
+        last_ms: u64,
     },
     /// Time from sending a GET of the whole object to its first body byte.
     Ttfb {
@@ -588,6 +604,46 @@ async fn put_objects(
     Ok(out)
 }
 
+/// `raw_read watch`: never returns but with an error (the harness kills it).
+async fn watch(
+    client: &Client,
+    bucket: &str,
+    prefix: &str,
+    (first, longest): (Duration, Duration),
+) -> Result<Value, Error> {
+    use std::io::Write;
+    let mut last: Option<Vec<Value>> = None;
+    let mut pause = first;
+    loop {
+        let (objects, _, _) = list_prefix(client, bucket, prefix, None).await?;
+        let at = monotonic_seconds();
+        let listed: Vec<Value> = objects
+            .iter()
+            .map(|o| json!([o.key, o.size, o.etag]))
+            .collect();
+        if last.as_ref() != Some(&listed) {
+            let line = json!({"at": at, "objects": listed});
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{line}")?;
+            out.flush()?;
+            last = Some(listed);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 3 / 2).min(longest);
+    }
+}
+
+/// Seconds on CLOCK_MONOTONIC, the clock Python's `time.monotonic` reads on Linux.
+fn monotonic_seconds() -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill; the clock always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
+}
+
 /// The CPU time all of this process's threads have used so far (bench/create-floor.sh sets it
 /// beside what the same objects cost a filesystem).
 fn process_cpu() -> Duration {
@@ -777,6 +833,17 @@ async fn run(cli: Cli) -> Result<Value, Error> {
                 out["objects"] = json!(listed);
             }
             out
+        }
+        Command::Watch {
+            prefix,
+            first_ms,
+            last_ms,
+        } => {
+            let pauses = (
+                Duration::from_millis(first_ms),
+                Duration::from_millis(last_ms),
+            );
+            watch(&client, bucket, &prefix, pauses).await?
         }
         Command::Ttfb { key } => {
             let start = Instant::now();

@@ -76,7 +76,9 @@ def parse(argv: list[str]) -> Options:
     if a.peers is not None:
         peers = [x for x in a.peers.split(",") if x]
     elif a.self_check:  # peers only if already installed (mount-s3: built): CI must not need them
-        peers = ["msfs"] + (["mount-s3"] if install.mount_s3_ready() else [])
+        # msfs-close-in-background: a peer timed until the store lists its uploads, which CI
+        # would not run otherwise (rclone is not installed there).
+        peers = ["msfs", "msfs-close-in-background"] + (["mount-s3"] if install.mount_s3_ready() else [])
         peers += [x for x in ("s3fs", "rclone") if shutil.which(x)]
     else:
         peers = ["msfs", "mount-s3", "s3fs", "rclone"]

@@ -284,6 +284,23 @@ class MsfsIoUring(Msfs):
         return {**super().settings(writable), "fuse_io_uring": True}
 
 
+class MsfsCloseInBackground(Msfs):
+    """msfs with its default `flush_on_close: false`: close() returns at once and the commit
+    runs in the background (up to `write_commit_workers` at a time), so, like rclone, its write
+    cells are timed until the store holds what was written. Beside `msfs` (close returns once
+    the object is stored), what the defaults give a writer that waits for durability at the end
+    of its work rather than at every close (issue #21)."""
+
+    name = "msfs-close-in-background"
+    durable_on_close = False
+
+    def settings(self, writable: bool | None = None) -> dict[str, Any]:
+        settings = super().settings(writable)
+        if self._writable(writable):
+            settings["backend"] = {**settings["backend"], "flush_on_close": False}
+        return settings
+
+
 class MsfsPassthrough(Msfs):
     """msfs with FUSE passthrough (`fuse_passthrough: true` over `per-inode-file` storage, both
     off by default): beside `msfs`, what letting the kernel read wholly cached objects from
@@ -572,6 +589,7 @@ PEERS: dict[str, type[Filesystem]] = {
     "msfs-no-holder": MsfsWithoutHolder,
     "msfs-writeback": MsfsWriteback,
     "msfs-io-uring": MsfsIoUring,
+    "msfs-close-in-background": MsfsCloseInBackground,
     "msfs-passthrough": MsfsPassthrough,
     "msfs-persistent": MsfsPersistent,
     "msfs-posix": MsfsPosix,

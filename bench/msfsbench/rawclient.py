@@ -5,9 +5,14 @@ listing, read-back and clean-up around write cells."""
 from __future__ import annotations
 
 import json
+import queue
+import subprocess
 import tempfile
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from .shell import run
 
@@ -51,6 +56,42 @@ class RawClient:
         """key -> (size, ETag) of every object under `prefix`."""
         out = self._call("list", "--prefix", prefix, "--keys")
         return {key: (size, etag) for key, size, etag in out["objects"]}
+
+    @contextmanager
+    def watch(self, prefix: str) -> Iterator[Callable[[float], Iterator[tuple[float, dict[str, tuple[int, str]]]]]]:
+        """A `raw_read watch` of `prefix` for as long as the block runs: yields `listings`, which
+        gives (arrival time on `time.monotonic`, key -> (size, ETag)) of every listing that
+        differed from the one before, until the deadline passes. The process is killed after."""
+        cmd = [str(self.binary), "--endpoint", self.endpoint, "--bucket", self.bucket, "watch", "--prefix", prefix]
+        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines: queue.Queue[str] = queue.Queue()
+
+        def pump() -> None:  # a thread, so a line already read is never left waiting in a buffer
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put("")  # the watcher ended
+
+        threading.Thread(target=pump, daemon=True).start()
+
+        def listings(deadline: float) -> Iterator[tuple[float, dict[str, tuple[int, str]]]]:
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    line = lines.get(timeout=left)
+                except queue.Empty:
+                    return
+                if not line:
+                    proc.wait()
+                    error = proc.stderr.read() if proc.stderr else ""
+                    raise RuntimeError(f"raw_read watch --prefix {prefix} exited {proc.returncode}: {error.strip()}")
+                listed = json.loads(line)
+                yield listed["at"], {key: (size, etag) for key, size, etag in listed["objects"]}
+
+        try:
+            yield listings
+        finally:
+            proc.kill()
+            proc.wait()
 
     def put_objects(self, prefix: str, count: int, size: int, concurrency: int) -> dict[str, Any]:
         """`count` objects `<prefix>f00000`... of `size` bytes, `concurrency` PUTs in flight."""

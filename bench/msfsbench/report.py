@@ -118,8 +118,9 @@ def _peer_table(results: Results, workloads: list[dict]) -> list[str]:
         fsync_clock = " write-fsync is timed until its fsync returns instead." if any(
             w["name"] == "write-fsync" for w in workloads) else ""
         lines += ["", "Write cells are timed until the store holds what was written (msfs with "
-                  "`flush_on_close: true`; mount-s3 and s3fs upload in close; rclone is timed until the "
-                  "store lists the upload) and fail if a read-back check of the store finds a lost or "
+                  "`flush_on_close: true`; mount-s3 and s3fs upload in close; rclone, and "
+                  "msfs-close-in-background with msfs's default `flush_on_close: false`, are timed until "
+                  "the store lists the upload) and fail if a read-back check of the store finds a lost or "
                   f"wrong write.{fsync_clock}"]
     lines += _fsync_note(results, workloads, fs_peers)
     return lines

@@ -57,9 +57,9 @@ class Scratch:
         if self.ctx.durable_on_close:
             return out["end"] - out["start"]
         left = self.ctx.scale.write_cap_seconds - (time.monotonic() - out["start"])
-        wait_for(self.ctx.raw, self.prefix, done, what, max(left, 1.0))
-        out["durable_wait_seconds"] = time.monotonic() - out["end"]
-        return time.monotonic() - out["start"]
+        durable = wait_for(self.ctx.raw, self.prefix, done, what, max(left, 1.0))
+        out["durable_wait_seconds"] = max(durable - out["end"], 0.0)
+        return durable - out["start"]
 
     @staticmethod
     def waited(out: dict[str, Any]) -> dict[str, float]:

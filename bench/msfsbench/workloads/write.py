@@ -2,8 +2,9 @@
 into an existing large object — each timed until the data is durable in the store, then checked.
 
 Durability, the same bar for every peer: msfs is mounted with `flush_on_close: true` (close()
-returns once the object is committed), s3fs uploads in its flush (close), and rclone, whose close
-returns before its upload, is timed until the store lists what was written (the harness polls it).
+returns once the object is committed), s3fs uploads in its flush (close), and rclone and
+`msfs-close-in-background` (msfs's default `flush_on_close: false`), whose close returns before
+the upload, are timed until the store lists what was written (`verify.wait_for` watches it).
 After every cell the raw client checks the store: every object at its size, a sample read back
 byte for byte; a cell whose check fails is an error.
 

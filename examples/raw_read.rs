@@ -633,26 +633,25 @@ async fn watch(
     }
 }
 
-/// Seconds on CLOCK_MONOTONIC, the clock Python's `time.monotonic` reads on Linux.
-fn monotonic_seconds() -> f64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill; the clock always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
-}
-
 /// The CPU time all of this process's threads have used so far (bench/create-floor.sh sets it
 /// beside what the same objects cost a filesystem).
 fn process_cpu() -> Duration {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// Seconds on CLOCK_MONOTONIC, the clock Python's `time.monotonic` reads on Linux.
+fn monotonic_seconds() -> f64 {
+    clock(libc::CLOCK_MONOTONIC).as_secs_f64()
+}
+
+/// The time on clock `id` (one Linux always has).
+fn clock(id: libc::clockid_t) -> Duration {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `now` is a valid timespec for the call to fill; the clock always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    // SAFETY: `now` is a valid timespec for the call to fill; `id` names a clock Linux has.
+    unsafe { libc::clock_gettime(id, &mut now) };
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 

@@ -15,8 +15,8 @@
 //! raw_read --bucket B read    --key K [--offset O] [--length L] --request-size S --concurrency C
 //! raw_read --bucket B random  --key K --request-size S --requests N --concurrency C [--seed X]
 //! raw_read --bucket B objects --prefix P [--limit N] [--request-size S] [--bytes T] --concurrency C
-//! raw_read --bucket B list    --prefix P [--delimiter /] [--keys]
-//! raw_read --bucket B watch   --prefix P [--first-ms M] [--last-ms M]
+//! raw_read --bucket B list    --prefix P [--delimiter /] [--keys [--modified]]
+//! raw_read --bucket B watch   [--prefix P] [--first-ms M] [--last-ms M]
 //! raw_read --bucket B ttfb    --key K
 //! raw_read --bucket B seed    --size S [--part-size P] [--concurrency C] (KEY... | --keys-file F)
 //! raw_read --bucket B put-objects --prefix P --count N --size S --concurrency C
@@ -121,6 +121,10 @@ enum Command {
         delimiter: Option<String>,
         #[arg(long)]
         keys: bool,
+        /// With `--keys`: each entry also has the object's LastModified in ms since the epoch
+        /// (bench/store-clock.sh compares the store's clock with a writer's).
+        #[arg(long, requires = "keys")]
+        modified: bool,
     },
     /// List a prefix again and again until killed, the pause between listings growing from
     /// `first_ms` by half each time to at most `last_ms`; print a line (not the one JSON object
@@ -129,9 +133,12 @@ enum Command {
     /// `time.monotonic`). The harness's wait for a peer's uploads: uploads that end soon after
     /// the close are seen within a few ms, and a long wait costs the server a listing per
     /// `last_ms`, from one process (a process per listing cost the CPU being measured).
+    /// Without `--prefix`, the first line of stdin names it: the harness starts the watcher
+    /// before the writer and names the prefix at the close, so that the process's start is not
+    /// part of the time it measures.
     Watch {
         #[arg(long)]
-        prefix: String,
+        prefix: Option<String>,
         #[arg(long, default_value_t = 2)]
         first_ms: u64,
         #[arg(long, default_value_t = 50)]
@@ -344,6 +351,8 @@ struct Listed {
     key: String,
     size: u64,
     etag: String,
+    /// LastModified, in ms since the epoch: the store's own clock (garage's, in ms).
+    modified_ms: i64,
 }
 
 /// Every object under `prefix` (with a delimiter: one level), in key order, the number of common
@@ -371,6 +380,9 @@ async fn list_prefix(
                 key: o.key().unwrap_or_default().to_string(),
                 size: o.size().unwrap_or(0).max(0) as u64,
                 etag: o.e_tag().unwrap_or_default().trim_matches('"').to_string(),
+                modified_ms: o.last_modified().map_or(0, |t| {
+                    t.secs() * 1000 + i64::from(t.subsec_nanos() / 1_000_000)
+                }),
             });
         }
         prefixes += page.common_prefixes().len();
@@ -633,6 +645,16 @@ async fn watch(
     }
 }
 
+/// The first line of stdin, without its newline: the prefix a watcher started ahead waits for.
+/// Blocking the runtime's thread is harmless here: nothing else runs until the prefix is known.
+fn prefix_from_stdin() -> Result<String, Error> {
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line)? == 0 {
+        return Err("watch: stdin closed before it named a prefix".into());
+    }
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
 /// The CPU time all of this process's threads have used so far (bench/create-floor.sh sets it
 /// beside what the same objects cost a filesystem).
 fn process_cpu() -> Duration {
@@ -818,6 +840,7 @@ async fn run(cli: Cli) -> Result<Value, Error> {
             prefix,
             delimiter,
             keys,
+            modified,
         } => {
             let start = Instant::now();
             let (objects, prefixes, pages) =
@@ -827,7 +850,10 @@ async fn run(cli: Cli) -> Result<Value, Error> {
             if keys {
                 let listed: Vec<Value> = objects
                     .iter()
-                    .map(|o| json!([o.key, o.size, o.etag]))
+                    .map(|o| match modified {
+                        true => json!([o.key, o.size, o.etag, o.modified_ms]),
+                        false => json!([o.key, o.size, o.etag]),
+                    })
                     .collect();
                 out["objects"] = json!(listed);
             }
@@ -842,6 +868,15 @@ async fn run(cli: Cli) -> Result<Value, Error> {
                 Duration::from_millis(first_ms),
                 Duration::from_millis(last_ms),
             );
+            let prefix = match prefix {
+                Some(prefix) => prefix,
+                None => {
+                    // Connected and through the SDK's first-request set-up before the clock's
+                    // end matters: only the listings themselves are then timed.
+                    client.head_bucket().bucket(bucket).send().await?;
+                    prefix_from_stdin()?
+                }
+            };
             watch(&client, bucket, &prefix, pauses).await?
         }
         Command::Ttfb { key } => {

@@ -23,6 +23,23 @@ class RawClient:
         self.endpoint = endpoint
         self.bucket = bucket
         self.env = env
+        self._standby: subprocess.Popen[str] | None = None  # a watcher started ahead (`stand_by`)
+
+    def stand_by(self) -> None:
+        """Starts the next `watch`'s process now, idle until it is named its prefix: called
+        before a writer runs, so that the clock `watch` stops does not include a process start
+        (7-9 ms here, next to uploads that end 15 ms after a close)."""
+        if self._standby is None:
+            cmd = [str(self.binary), "--endpoint", self.endpoint, "--bucket", self.bucket, "watch"]
+            self._standby = subprocess.Popen(cmd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True)
+
+    def close(self) -> None:
+        """Stops a watcher left standing by."""
+        if self._standby is not None:
+            self._standby.kill()
+            self._standby.wait()
+            self._standby = None
 
     def _call(self, *args: str | int | float, timeout: float = 1800) -> dict[str, Any]:
         cmd = [str(self.binary), "--endpoint", self.endpoint, "--bucket", self.bucket, *map(str, args)]
@@ -61,9 +78,16 @@ class RawClient:
     def watch(self, prefix: str) -> Iterator[Callable[[float], Iterator[tuple[float, dict[str, tuple[int, str]]]]]]:
         """A `raw_read watch` of `prefix` for as long as the block runs: yields `listings`, which
         gives (arrival time on `time.monotonic`, key -> (size, ETag)) of every listing that
-        differed from the one before, until the deadline passes. The process is killed after."""
-        cmd = [str(self.binary), "--endpoint", self.endpoint, "--bucket", self.bucket, "watch", "--prefix", prefix]
-        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        differed from the one before, until the deadline passes. The process is killed after.
+        It is the one `stand_by` started, if any."""
+        self.stand_by()
+        proc, self._standby = self._standby, None
+        assert proc is not None and proc.stdin is not None
+        try:
+            proc.stdin.write(prefix + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died standing by: the pump below sees its end and reports its error
         lines: queue.Queue[str] = queue.Queue()
 
         def pump() -> None:  # a thread, so a line already read is never left waiting in a buffer

@@ -123,6 +123,7 @@ class Session:
             cpus.pin_process(server.pid, [cpus.SERVER_CPU])
             log(f"S3 server pinned to CPU {cpus.SERVER_CPU}; everything else to the other CPUs")
         raw = RawClient(binaries.raw_read, server.endpoint, BUCKET, {**os.environ, **server.env})
+        self.stack.callback(raw.close)
         data = datasets.for_scale(self.plan.scale)
         if not needs_seeding(self.plan):
             log("no selected workload reads the seeded data sets: bucket left empty")

@@ -25,10 +25,11 @@ class LostWrites(RuntimeError):
 
 def wait_for(raw: RawClient, prefix: str, done: Callable[[Listing], bool], what: str, timeout: float) -> float:
     """Watches the listing of `prefix` until `done` holds; returns when that listing arrived, on
-    `time.monotonic`. One `raw_read watch` process lists it, 2 ms after the close and then at
-    pauses growing to 50 ms: uploads that end soon after the close are timed within a few ms
-    (a fixed 50 ms poll made 20 ms 70), and no process is started per listing (whose CPU,
-    on two cores, slowed the uploads being timed)."""
+    `time.monotonic`. One `raw_read watch` process lists it, at once (the process was started
+    before the writer, `RawClient.stand_by`) and then at pauses from 2 ms growing to 50 ms:
+    uploads that end soon after the close are timed within a few ms (a fixed 50 ms poll made
+    20 ms 70), and no process is started per listing (whose CPU, on two cores, slowed the
+    uploads being timed)."""
     with raw.watch(prefix) as listings:
         for at, listed in listings(time.monotonic() + timeout):
             if done(listed):

@@ -45,11 +45,19 @@ class Scratch:
 
     def write(self, tool: str, extra_seconds: float = 0.0, **args: Any) -> dict[str, Any]:
         """Runs a writer tool on the mount, killed after the scale's cap."""
+        self._ready_to_watch()
         return run_writer(tool, self.ctx.workdir, self.ctx.scale.write_cap_seconds + extra_seconds, **args)
 
     def write_paused(self, tool: str, at_pause: Callable[[dict[str, Any]], None], **args: Any) -> dict[str, Any]:
         """`write` for a tool that pauses (`writers.write_fsync`), calling `at_pause` meanwhile."""
+        self._ready_to_watch()
         return run_paused_writer(tool, self.ctx.workdir, self.ctx.scale.write_cap_seconds, at_pause, **args)
+
+    def _ready_to_watch(self) -> None:
+        """For a peer whose close does not wait for its uploads, starts the watcher `stop_clock`
+        will use before the clock starts."""
+        if not self.ctx.durable_on_close:
+            self.ctx.raw.stand_by()
 
     def stop_clock(self, out: dict[str, Any], done: Callable[[Listing], bool], what: str) -> float:
         """Seconds from the tool's start until what it wrote is durable: its end for a peer whose

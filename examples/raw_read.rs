@@ -133,9 +133,10 @@ enum Command {
     /// `time.monotonic`). The harness's wait for a peer's uploads: uploads that end soon after
     /// the close are seen within a few ms, and a long wait costs the server a listing per
     /// `last_ms`, from one process (a process per listing cost the CPU being measured).
-    /// Without `--prefix`, the first line of stdin names it: the harness starts the watcher
-    /// before the writer and names the prefix at the close, so that the process's start is not
-    /// part of the time it measures.
+    /// Without `--prefix`, it prints `{"ready": true}` once connected and then waits for the
+    /// first line of stdin to name it: the harness starts the watcher before the writer and
+    /// names the prefix at the close, so that the process's start is not part of the time it
+    /// measures.
     Watch {
         #[arg(long)]
         prefix: Option<String>,
@@ -872,8 +873,10 @@ async fn run(cli: Cli) -> Result<Value, Error> {
                 Some(prefix) => prefix,
                 None => {
                     // Connected and through the SDK's first-request set-up before the clock's
-                    // end matters: only the listings themselves are then timed.
+                    // end matters: only the listings themselves are then timed. The harness
+                    // waits for the `ready` line, so none of this overlaps what it times.
                     client.head_bucket().bucket(bucket).send().await?;
+                    println!("{}", json!({"ready": true}));
                     prefix_from_stdin()?
                 }
             };

@@ -31,8 +31,15 @@ class RawClient:
         (7-9 ms here, next to uploads that end 15 ms after a close)."""
         if self._standby is None:
             cmd = [str(self.binary), "--endpoint", self.endpoint, "--bucket", self.bucket, "watch"]
-            self._standby = subprocess.Popen(cmd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            assert proc.stdout is not None
+            # Its start and connection done before the caller's clock starts, not beside it.
+            if not proc.stdout.readline():
+                proc.wait()
+                error = proc.stderr.read() if proc.stderr else ""
+                raise RuntimeError(f"raw_read watch exited {proc.returncode} before it was ready: {error.strip()}")
+            self._standby = proc
 
     def close(self) -> None:
         """Stops a watcher left standing by."""

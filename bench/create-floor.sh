@@ -23,16 +23,9 @@
 # processes it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${1:-5}
-FILES=${2:-100}
-MODE=${3:-par}
-case $MODE in
-    par) THREADS=$FILES ;;
-    seq) THREADS=1 ;;
-    *) echo "mode must be par or seq, not $MODE" >&2; exit 2 ;;
-esac
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh create-floor
+create_args "$@"
 need_raw_client
 SHM=$(mktemp -d /dev/shm/msfs-create-floor.XXXXXX)
 RAM_M=$WORK/ram-mnt RAM_DAEMON=""
@@ -58,22 +51,14 @@ S3_DAEMON=$DAEMON
 start_msfs "$MSFS" "$WORK/ram.yaml" "$RAM_M" "$WORK/msfs-ram.log"
 RAM_DAEMON=$DAEMON DAEMON=$S3_DAEMON
 
-# CPU nanoseconds the threads of process $1 have run (schedstat: exact, unlike the tick counts
-# of /proc/PID/stat; the threads these daemons start outlive a round).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{n += $1} END {printf "%d", n}'; }
-
 # PLACE DIR [DAEMON]: one run of the create tool in DIR; prints "PLACE seconds writer msfs garage".
 create() {
     local place=$1 dir=$2 daemon=${3:-} m0=0 g0 m1=0 out
     mkdir "$dir"
-    python3 - "$dir" > "$WORK/paths.json" <<PY
-import json, sys
-print(json.dumps({"tool": "create", "threads": $THREADS,
-                  "paths": [f"{sys.argv[1]}/f{i:05d}" for i in range($FILES)]}))
-PY
+    create_paths "$dir"
     [ -z "$daemon" ] || m0=$(cpu_ns "$daemon")
     g0=$(cpu_ns "$GARAGE")
-    out=$(cd bench && python3 -m msfsbench.writers "$WORK/paths.json")
+    out=$(create_tool)
     [ -z "$daemon" ] || m1=$(cpu_ns "$daemon")
     python3 - "$place" "$out" "$((m1 - m0))" "$(($(cpu_ns "$GARAGE") - g0))" <<'PY'
 import json, sys

@@ -66,3 +66,29 @@ start_msfs() {
     DAEMON=$!
     for _ in $(seq 100); do grep -qs " $3 " /proc/self/mounts && break; sleep 0.1; done
 }
+
+# The arguments of the create benchmarks (create-floor.sh, store-clock.sh), `[ROUNDS] [FILES]
+# [par|seq]`: sets ROUNDS (5), FILES (100), MODE (par) and THREADS (FILES at once, or 1).
+create_args() {
+    ROUNDS=${1:-5} FILES=${2:-100} MODE=${3:-par}
+    case $MODE in
+        par) THREADS=$FILES ;;
+        seq) THREADS=1 ;;
+        *) echo "mode must be par or seq, not $MODE" >&2; exit 2 ;;
+    esac
+}
+
+# DIR: writes $WORK/paths.json, the bench's create tool (`msfsbench.writers create`) making
+# FILES files in DIR on THREADS threads; `create_tool` runs it and prints what it printed.
+create_paths() {
+    python3 - "$1" "$FILES" "$THREADS" > "$WORK/paths.json" <<'PY'
+import json, sys
+dir, files, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+print(json.dumps({"tool": "create", "threads": threads, "paths": [f"{dir}/f{i:05d}" for i in range(files)]}))
+PY
+}
+create_tool() { (cd bench && python3 -m msfsbench.writers "$WORK/paths.json"); }
+
+# CPU nanoseconds the threads of process $1 have run (schedstat: exact, unlike the tick counts
+# of /proc/PID/stat; the threads these daemons start outlive a round).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{n += $1} END {printf "%d", n}'; }

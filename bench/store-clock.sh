@@ -22,16 +22,9 @@
 # processes it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${1:-5}
-FILES=${2:-100}
-MODE=${3:-par}
-case $MODE in
-    par) THREADS=$FILES ;;
-    seq) THREADS=1 ;;
-    *) echo "mode must be par or seq, not $MODE" >&2; exit 2 ;;
-esac
 # shellcheck source=bench/scratch.sh
 . bench/scratch.sh store-clock
+create_args "$@"
 need_raw_client
 WAIT_M=$WORK/wait-mnt WAIT_DAEMON=""
 trap 'stop_mount "$WAIT_M" "$WAIT_DAEMON"; stop_garage; cleanup' EXIT
@@ -68,22 +61,15 @@ print(place, end - start, last - start)
 PY
 }
 
-# CPU nanoseconds the threads of process $1 have run (schedstat, as bench/create-floor.sh).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{n += $1} END {printf "%d", n}'; }
-
 # PLACE MOUNT DAEMON ROUND: one run of the create tool in PLACE-ROUND/ of MOUNT's backend `b`
 # (both mounts' `b` is the bucket's root); adds the CPU ms msfs and garage spent from its start
 # until the store held every file (one listing's share included).
 create() {
     local dir=$2/b/$1-$4 out m0 g0 times
     mkdir "$dir"
-    python3 - "$dir" > "$WORK/paths.json" <<PY
-import json, sys
-print(json.dumps({"tool": "create", "threads": $THREADS,
-                  "paths": [f"{sys.argv[1]}/f{i:05d}" for i in range($FILES)]}))
-PY
+    create_paths "$dir"
     m0=$(cpu_ns "$3") g0=$(cpu_ns "$GARAGE")
-    out=$(cd bench && python3 -m msfsbench.writers "$WORK/paths.json")
+    out=$(create_tool)
     # shellcheck disable=SC2046  # two numbers
     times=$(stored "$1" "$1-$4/f" $(field start "$out") $(field end "$out"))
     echo "$times $((($(cpu_ns "$3") - m0) / 1000000)) $((($(cpu_ns "$GARAGE") - g0) / 1000000))"

@@ -32,7 +32,6 @@ RAM_M=$WORK/ram-mnt RAM_DAEMON=""
 trap 'stop_mount "$RAM_M" "$RAM_DAEMON"; stop_garage; rm -rf "$SHM"; cleanup' EXIT
 BUCKET=create-floor
 start_garage "$BUCKET"
-GARAGE=$(cat "$WORK/s3/garage.pid")
 mkdir -p "$M" "$RAM_M" "$WORK/cache" "$WORK/ram-cache"
 write_msfs_config "$WORK/s3.yaml" "$WORK/cache" "$BUCKET" "flush_on_close: true"
 cat > "$WORK/ram.yaml" <<EOF

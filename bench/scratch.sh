@@ -29,14 +29,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts garage in $WORK/s3 on MSFS_S3_PORT (39300 unless set) with bucket $1, and sources its
-# environment (AWS_ENDPOINT and the keys). `stop_garage` stops it: call it from the script's
-# own exit trap, before `cleanup`.
+# Starts garage in $WORK/s3 on MSFS_S3_PORT (39300 unless set) with bucket $1, sources its
+# environment (AWS_ENDPOINT and the keys) and sets GARAGE to its PID. `stop_garage` stops it:
+# call it from the script's own exit trap, before `cleanup`.
 start_garage() {
     export MSFS_S3_PORT=${MSFS_S3_PORT:-39300}
     bash scripts/local-s3.sh start "$WORK/s3" "$1" >/dev/null
     # shellcheck disable=SC1091
     source "$WORK/s3/env"
+    GARAGE=$(cat "$WORK/s3/garage.pid")
 }
 stop_garage() { bash scripts/local-s3.sh stop "$WORK/s3" >/dev/null 2>&1 || true; }
 

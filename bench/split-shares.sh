@@ -23,7 +23,7 @@ need_raw_client
 trap 'stop_garage; cleanup' EXIT
 BUCKET=split-shares
 start_garage "$BUCKET"
-taskset -a -p -c 0 "$(cat "$WORK/s3/garage.pid")" > /dev/null
+taskset -a -p -c 0 "$GARAGE" > /dev/null
 "$RAW" --endpoint "$AWS_ENDPOINT" --bucket "$BUCKET" put-large --key big --size $((1 << 30)) \
     --part-size $((8 << 20)) --concurrency 4 > /dev/null
 

@@ -30,7 +30,6 @@ WAIT_M=$WORK/wait-mnt WAIT_DAEMON=""
 trap 'stop_mount "$WAIT_M" "$WAIT_DAEMON"; stop_garage; cleanup' EXIT
 BUCKET=store-clock
 start_garage "$BUCKET"
-GARAGE=$(cat "$WORK/s3/garage.pid")
 mkdir -p "$M" "$WAIT_M" "$WORK/cache" "$WORK/wait-cache"
 write_msfs_config "$WORK/default.yaml" "$WORK/cache" "$BUCKET" "flush_on_close: false"
 write_msfs_config "$WORK/wait.yaml" "$WORK/wait-cache" "$BUCKET" "flush_on_close: true"

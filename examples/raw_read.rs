@@ -356,6 +356,17 @@ struct Listed {
     modified_ms: i64,
 }
 
+impl Listed {
+    /// The object as the JSON the harness reads: `[key, size, etag]`, and its LastModified after
+    /// them when `modified`.
+    fn entry(&self, modified: bool) -> Value {
+        match modified {
+            true => json!([self.key, self.size, self.etag, self.modified_ms]),
+            false => json!([self.key, self.size, self.etag]),
+        }
+    }
+}
+
 /// Every object under `prefix` (with a delimiter: one level), in key order, the number of common
 /// prefixes and the number of LIST requests it took.
 async fn list_prefix(
@@ -630,10 +641,7 @@ async fn watch(
     loop {
         let (objects, _, _) = list_prefix(client, bucket, prefix, None).await?;
         let at = monotonic_seconds();
-        let listed: Vec<Value> = objects
-            .iter()
-            .map(|o| json!([o.key, o.size, o.etag]))
-            .collect();
+        let listed: Vec<Value> = objects.iter().map(|o| o.entry(false)).collect();
         if last.as_ref() != Some(&listed) {
             let line = json!({"at": at, "objects": listed});
             let mut out = std::io::stdout().lock();
@@ -849,13 +857,7 @@ async fn run(cli: Cli) -> Result<Value, Error> {
             let mut out = report("list", 0, start.elapsed(), pages, 1);
             out["entries"] = json!(objects.len() + prefixes);
             if keys {
-                let listed: Vec<Value> = objects
-                    .iter()
-                    .map(|o| match modified {
-                        true => json!([o.key, o.size, o.etag, o.modified_ms]),
-                        false => json!([o.key, o.size, o.etag]),
-                    })
-                    .collect();
+                let listed: Vec<Value> = objects.iter().map(|o| o.entry(modified)).collect();
                 out["objects"] = json!(listed);
             }
             out

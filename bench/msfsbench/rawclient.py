@@ -17,6 +17,18 @@ from typing import Any, Callable, Iterator
 from .shell import run
 
 
+def _by_key(objects: list[list[Any]]) -> dict[str, tuple[int, str]]:
+    """`raw_read`'s `[key, size, etag]` entries as key -> (size, ETag)."""
+    return {key: (size, etag) for key, size, etag in objects}
+
+
+def _ended(proc: subprocess.Popen[str], what: str, when: str) -> RuntimeError:
+    """The error for a `raw_read` process that ended while it was needed, with what it said."""
+    proc.wait()
+    error = proc.stderr.read() if proc.stderr else ""
+    return RuntimeError(f"{what} exited {proc.returncode}{' ' + when if when else ''}: {error.strip()}")
+
+
 class RawClient:
     def __init__(self, binary: Path, endpoint: str, bucket: str, env: dict[str, str]):
         self.binary = binary
@@ -36,9 +48,7 @@ class RawClient:
             assert proc.stdout is not None
             # Its start and connection done before the caller's clock starts, not beside it.
             if not proc.stdout.readline():
-                proc.wait()
-                error = proc.stderr.read() if proc.stderr else ""
-                raise RuntimeError(f"raw_read watch exited {proc.returncode} before it was ready: {error.strip()}")
+                raise _ended(proc, "raw_read watch", "before it was ready")
             self._standby = proc
 
     def close(self) -> None:
@@ -78,8 +88,7 @@ class RawClient:
 
     def objects_under(self, prefix: str) -> dict[str, tuple[int, str]]:
         """key -> (size, ETag) of every object under `prefix`."""
-        out = self._call("list", "--prefix", prefix, "--keys")
-        return {key: (size, etag) for key, size, etag in out["objects"]}
+        return _by_key(self._call("list", "--prefix", prefix, "--keys")["objects"])
 
     @contextmanager
     def watch(self, prefix: str) -> Iterator[Callable[[float], Iterator[tuple[float, dict[str, tuple[int, str]]]]]]:
@@ -112,11 +121,9 @@ class RawClient:
                 except queue.Empty:
                     return
                 if not line:
-                    proc.wait()
-                    error = proc.stderr.read() if proc.stderr else ""
-                    raise RuntimeError(f"raw_read watch --prefix {prefix} exited {proc.returncode}: {error.strip()}")
+                    raise _ended(proc, f"raw_read watch --prefix {prefix}", "")
                 listed = json.loads(line)
-                yield listed["at"], {key: (size, etag) for key, size, etag in listed["objects"]}
+                yield listed["at"], _by_key(listed["objects"])
 
         try:
             yield listings

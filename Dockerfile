@@ -36,6 +36,11 @@ COPY proto ./proto
 COPY src ./src
 # fuser as patched in-tree (vendor/fuser/MSFS-CHANGES.md).
 COPY vendor ./vendor
+# msfs(1), one page per subcommand, and mount.msfs(8), rendered from the command line
+# (tests/man_pages.rs keeps them current); laid out here for the runtime stage.
+COPY docs/man ./docs/man
+RUN install -D -m 0644 -t /out/man/man1 docs/man/*.1 \
+    && install -D -m 0644 -t /out/man/man8 docs/man/*.8
 # The cache mounts keep the registry and target directory between builds; the binary is
 # copied out of the cached target directory in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
@@ -62,6 +67,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends fuse3 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /out/msfs /usr/bin/msfs
+COPY --from=builder /out/man/ /usr/share/man/
 # mount(8) runs /sbin/mount.<type>; msfs acts as the helper when invoked under that name.
 RUN ln -s /usr/bin/msfs /usr/sbin/mount.msfs \
     && mkdir -p /var/log/msfs /var/lib/msfs-csi /csi

@@ -40,9 +40,9 @@ case "${1:-}" in
 esac
 
 if [ "$mode" = --file ]; then
-    MSFS_SKIP_GARAGE=1 bash scripts/install-test-deps.sh
+    MSFS_SKIP_GARAGE=1 bash scripts/install-test-deps.sh --demo
 else
-    bash scripts/install-test-deps.sh
+    bash scripts/install-test-deps.sh --demo
 fi
 cargo build --locked --bin msfs --example upload_dir
 stop >/dev/null 2>&1 || true

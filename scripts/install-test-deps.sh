@@ -9,14 +9,28 @@
 #   - garage 2.5.0: the S3 server the tests start (cargo install, ~12 min cold)
 #   - pjdfstest 0.2.2, fsx 0.3.2: POSIX suite and file exerciser of scripts/conformance.sh
 #     (cargo install, ~2 min each cold)
+#   - man-db: tests/man_pages.rs reads docs/man/ with `man -l`
 # Idempotent: each step runs only when its result is missing. Prints what it does.
+#
+# With --demo, only what scripts/demo.sh needs: the packages that build and mount msfs, and
+# garage (not with MSFS_SKIP_GARAGE=1).
 set -euo pipefail
+
+DEMO_ONLY=0
+case "${1:-}" in
+    --demo) DEMO_ONLY=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+esac
 
 GARAGE_VERSION="2.5.0"
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config protobuf-compiler util-linux rsync)
 # Only for the tests (the conformance run; pip for moto and grpcio), not for building msfs (so
 # not in the Dockerfile's builder).
-CONFORMANCE_APT_PACKAGES=(libacl1-dev curl python3-pip s3fs)
+CONFORMANCE_APT_PACKAGES=(libacl1-dev curl python3-pip s3fs man-db)
+if [[ "$DEMO_ONLY" == 1 ]]; then
+    CONFORMANCE_APT_PACKAGES=()
+fi
 
 log() { echo "install-test-deps: $*"; }
 
@@ -35,7 +49,11 @@ if ((${#missing[@]} > 0)); then
     log "missing: ${missing[*]}; running apt-get update and install"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    apt-get install -y "${APT_PACKAGES[@]}" "${CONFORMANCE_APT_PACKAGES[@]}"
+    if [[ "$DEMO_ONLY" == 1 ]]; then
+        apt-get install -y --no-install-recommends "${APT_PACKAGES[@]}"
+    else
+        apt-get install -y "${APT_PACKAGES[@]}" "${CONFORMANCE_APT_PACKAGES[@]}"
+    fi
 else
     log "Debian packages already installed: ${APT_PACKAGES[*]} ${CONFORMANCE_APT_PACKAGES[*]}"
 fi
@@ -98,6 +116,11 @@ else
         exit 1
     }
     log "installed $garage_bin"
+fi
+
+if [[ "$DEMO_ONLY" == 1 ]]; then
+    log "done (--demo: what the demo needs)"
+    exit 0
 fi
 
 # --- pjdfstest and fsx (scripts/conformance.sh) -----------------------------------------------

@@ -7,6 +7,7 @@
 //! `engines` holds what all mounts of a process share.
 
 pub mod cache;
+pub mod cli;
 pub mod config;
 pub mod csi;
 pub mod daemon;

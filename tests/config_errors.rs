@@ -117,3 +117,51 @@ fn the_config_is_found_through_msc_config() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("from-env.yaml"));
 }
+
+#[test]
+fn skipping_certificate_verification_is_refused_naming_the_key() {
+    assert_rejected(
+        "config.yaml",
+        &format!(
+            "msfs_version: 1\nbackends:\n  - dir_name: a\n{S3}    S3:\n      region: r\n      \
+             skip_tls_certificate_verify: true\n"
+        ),
+        "backends[0].S3.skip_tls_certificate_verify",
+    );
+}
+
+/// `msfs check-config` shows each key it accepts without effect, with why, on its output (the
+/// log, as a mount's start does).
+#[test]
+fn check_config_warns_of_each_key_without_effect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "msfs_version: 1\nvirtual_dir_ttl: 2000000\nprocess_memory_limit: 1000000\n\
+             backends:\n  - dir_name: a\n{S3}    S3: {{region: r}}\n"
+        ),
+    )
+    .expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_msfs"))
+        .arg("check-config")
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run msfs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for key in ["virtual_dir_ttl", "process_memory_limit"] {
+        assert!(
+            stdout.contains(&format!(
+                "{key}: accepted for compatibility, without effect in msfs: "
+            )),
+            "{key} not warned about:\n{stdout}"
+        );
+    }
+}

@@ -74,6 +74,48 @@ async fn identity_answers_name_version_capabilities_and_readiness() {
     assert!(!caps.contains(&(NodeCap::StageUnstageVolume as i32)));
 }
 
+/// A reload sent to every process named msfs (`kill -HUP $(pidof msfs)`) reaches the plugin
+/// too: it says why it ignores it and serves on. Node settings it has no use for are named at
+/// its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_signals_leave_the_plugin_serving_and_unused_settings_are_named() {
+    let plugin = CsiPlugin::start_with(Some("msfs_version: 1\nmax_write: 4096\n"), &[]);
+    let pid = plugin.pid().expect("running") as libc::pid_t;
+    assert!(
+        plugin
+            .log_text()
+            .contains("max_write: without effect in the CSI plugin"),
+        "{}",
+        plugin.log_text()
+    );
+    for signal in [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: kill(2) has no memory-safety preconditions; the plugin is our child.
+        unsafe { libc::kill(pid, signal) };
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while plugin
+        .log_text()
+        .matches("ignored: the CSI plugin reloads nothing")
+        .count()
+        < 3
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the plugin logs each signal it ignores:\n{}",
+            plugin.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let probe = plugin
+        .identity()
+        .await
+        .probe(ProbeRequest {})
+        .await
+        .expect("Probe after the signals")
+        .into_inner();
+    assert_eq!(probe.ready, Some(true));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_driver_name_is_reported() {
     let plugin = CsiPlugin::start_with(None, &["--driver-name=example.com.msfs"]);

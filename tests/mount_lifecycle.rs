@@ -395,3 +395,148 @@ fn a_dead_daemons_mountpoint_can_be_mounted_again() {
         .expect("umount");
     assert!(again.wait().expect("wait").success());
 }
+
+/// Runs `mount.msfs CONFIG MOUNTPOINT ARGS…` (the binary under that name) with its log and
+/// state directories inside the test's own.
+fn run_helper(setup: &HelperSetup, args: &[&str]) -> std::process::Output {
+    let helper = setup.dir.path().join("mount.msfs");
+    if !helper.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_msfs"), &helper).expect("symlink");
+    }
+    Command::new(&helper)
+        .arg(&setup.config)
+        .arg(&setup.mountpoint)
+        .args(args)
+        .env("MSFS_LOG_DIR", &setup.logs)
+        .env("MSFS_STATE_DIR", setup.dir.path().join("state"))
+        .output()
+        .expect("run mount.msfs")
+}
+
+fn writable_config(setup: &HelperSetup, garage: &Garage) {
+    let backend = format!(
+        "{}    readonly: false\n",
+        s3_backend_yaml("data", "life", "", garage)
+    );
+    std::fs::write(&setup.config, config_yaml(&[backend])).expect("config");
+}
+
+fn files_in(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.expect("entry").path())
+                .filter(|p| p.extension().is_some_and(|e| e == extension))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `-o ro` makes every backend of the mount read-only, whatever the config says: writes fail
+/// with EROFS and nothing reaches the bucket. fstab's and systemd's options beside it are left
+/// to them. The log and pid files are both named after the daemon.
+#[test]
+fn mount_helper_ro_mounts_a_writable_config_read_only() {
+    let garage = seeded_garage();
+    let setup = helper_setup(&garage);
+    writable_config(&setup, &garage);
+    let out = run_helper(
+        &setup,
+        &["-o", "ro,_netdev,nofail,x-systemd.automount,noatime"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read_hello(&setup.mountpoint, "data"), "hello\n");
+    let refused = std::fs::write(setup.mountpoint.join("data/new.txt"), b"x");
+    assert_eq!(
+        refused.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EROFS)),
+        "a write on an -o ro mount"
+    );
+    let refused = std::fs::create_dir(setup.mountpoint.join("data/newdir"));
+    assert_eq!(
+        refused.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EROFS))
+    );
+    let refused = std::fs::remove_file(setup.mountpoint.join("data/dir/hello.txt"));
+    assert_eq!(
+        refused.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EROFS))
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    assert_eq!(
+        runtime.block_on(garage.list_keys("life", "")),
+        ["dir/hello.txt"]
+    );
+
+    let pid = daemon_pid(&setup.logs);
+    let named = |extension: &str| {
+        files_in(&setup.logs, extension)
+            .iter()
+            .map(|p| p.file_stem().expect("stem").to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+    };
+    let (logs, pids) = (named("log"), named("pid"));
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs, pids, "log and pid files of one daemon carry one name");
+    assert!(
+        logs[0].ends_with(&format!("_{pid}")),
+        "{logs:?} named after pid {pid}"
+    );
+    unmount_and_wait(&setup);
+}
+
+/// An option another filesystem would honour is refused by name, with the key that does its
+/// job, and nothing is started; `-s` (mount's sloppy mode) warns and mounts instead.
+#[test]
+fn mount_helper_refuses_an_unsupported_option_by_name_and_sloppy_mode_ignores_it() {
+    let garage = seeded_garage();
+    let setup = helper_setup(&garage);
+    let out = run_helper(&setup, &["-o", "rw,uid=1000"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("mount.msfs: unsupported option \"uid=1000\"") && stderr.contains("`uid`"),
+        "{stderr}"
+    );
+    assert!(!is_mounted(&setup.mountpoint));
+    assert!(
+        files_in(&setup.logs, "pid").is_empty(),
+        "no daemon was started"
+    );
+
+    let out = run_helper(&setup, &["-s", "-o", "uid=1000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ignoring unsupported option \"uid=1000\""),
+        "{stderr}"
+    );
+    assert_eq!(read_hello(&setup.mountpoint, "data"), "hello\n");
+    unmount_and_wait(&setup);
+}
+
+/// mount -f (fake): the configuration is checked, nothing is mounted.
+#[test]
+fn mount_helper_fake_checks_the_config_and_mounts_nothing() {
+    let garage = seeded_garage();
+    let setup = helper_setup(&garage);
+    let out = run_helper(&setup, &["-f", "-o", "ro"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&setup.mountpoint));
+    std::fs::write(&setup.config, "msfs_version: 1\nbackends: 3\n").expect("bad config");
+    let out = run_helper(&setup, &["-f"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("backends"));
+}

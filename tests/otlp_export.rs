@@ -235,7 +235,6 @@ async fn cache_and_backend_metrics_reach_the_collector_with_the_configured_attri
              reader:\n      \
                type: periodic\n      \
                options:\n        \
-                 collect_interval_millis: 100\n        \
                  export_interval_millis: 200\n    \
              exporter:\n      \
                type: otlp\n      \

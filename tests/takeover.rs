@@ -508,3 +508,106 @@ async fn a_rename_and_an_unlink_that_landed_before_the_kill_succeed_when_resent(
     );
     assert!(mount.stop_with_umount().success());
 }
+
+/// The pid of the fd holder serving `socket`, found as `pidof` would see it: among the
+/// processes named msfs.
+fn holder_pid(socket: &Path) -> u32 {
+    let socket = socket.to_string_lossy().into_owned();
+    let pidof = common::run("pidof", &["msfs"]);
+    pidof
+        .split_whitespace()
+        .filter_map(|pid| pid.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let args: Vec<String> = cmdline
+                    .split(|b| *b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                args.iter().any(|a| a == "fd-holder") && args.contains(&socket)
+            })
+        })
+        .unwrap_or_else(|| panic!("pidof msfs ({pidof}) names the fd holder of {socket}"))
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
+}
+
+/// `kill -HUP $(pidof msfs)`, the documented reload, reaches the fd holder too: it must reload
+/// the daemon and leave the holder, and the connection it keeps, alive, so that a later
+/// SIGKILL of the daemon is still survived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_sent_to_every_msfs_process_spares_the_holder_and_a_kill_is_survived_after() {
+    let (garage, mut mount) = start("hup");
+    garage
+        .put_object("hup", "before.txt", b"before\n".to_vec())
+        .await;
+    let holder = holder_pid(&holder_socket(&mount));
+    let pids = common::run("pidof", &["msfs"]);
+    let pids: Vec<u32> = pids
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(pids.contains(&mount.pid()) && pids.contains(&holder));
+    // Exactly this mount's processes of those `pidof` names (other tests run beside this one).
+    for pid in [mount.pid(), holder] {
+        // SAFETY: kill(2) has no memory-safety preconditions; both processes are alive.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGHUP) };
+    }
+    wait_until(
+        "SIGHUP reloads the daemon",
+        Duration::from_secs(30),
+        async || daemon_log(&mount).contains("configuration reloaded"),
+    )
+    .await;
+    assert!(alive(holder), "the fd holder survives SIGHUP");
+    assert!(
+        mount.try_exit_status().is_none(),
+        "the daemon survives SIGHUP"
+    );
+    let root = mount.path().join("data");
+    std::fs::write(root.join("written.txt"), b"acknowledged\n").expect("write after the reload");
+
+    kill(&mut mount);
+    take_over(&mut mount);
+    let read = |name: &str| {
+        let path = root.join(name);
+        within(&mount, HANG_LIMIT, "a read after the takeover", move || {
+            std::fs::read(path).expect("read")
+        })
+    };
+    assert_eq!(read("before.txt"), b"before\n");
+    assert_eq!(read("written.txt"), b"acknowledged\n");
+    assert!(alive(holder), "the same holder kept the connection");
+}
+
+/// After a SIGKILL the refusal of a plain mount advises `umount -l`; once that is done, a plain
+/// mount at the same path succeeds on its first try (the connection the holder kept for the
+/// detached mount is let go, not waited out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_and_umount_l_a_plain_mount_succeeds_at_once() {
+    let (garage, mut mount) = start("lazy");
+    garage
+        .put_object("lazy", "f.txt", b"still here\n".to_vec())
+        .await;
+    kill(&mut mount);
+    let status = Command::new("umount")
+        .arg("-l")
+        .arg(mount.path())
+        .status()
+        .expect("umount -l");
+    assert!(status.success());
+    if let Err(e) = mount.mount_again() {
+        panic!("a plain mount after umount -l: {e}");
+    }
+    let path = mount.path().join("data/f.txt");
+    let bytes = within(&mount, HANG_LIMIT, "a read of the new mount", move || {
+        std::fs::read(path).expect("read")
+    });
+    assert_eq!(bytes, b"still here\n");
+    assert!(
+        mount.stdout_text().contains("released it"),
+        "the daemon says it let the detached mount's connection go:\n{}",
+        mount.stdout_text()
+    );
+}

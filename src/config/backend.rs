@@ -11,7 +11,7 @@ use super::defaults as d;
 use super::error::ConfigError;
 use super::pseudo::parse_pseudo;
 use super::raw;
-use super::reader::Place;
+use super::reader::{Place, WITHOUT_EFFECT};
 use super::scalar::{Flag, OptScalar, Real, Scalar, SecretText, Text, Whole};
 use super::secret::Secret;
 use super::types::{
@@ -165,10 +165,12 @@ pub(super) fn parse_backend(
         BackendType::AIStore => BackendKind::S3(parse_aistore(
             raw.aistore.value().unwrap_or_default(),
             &s.child("AIStore"),
+            warnings,
         )?),
         BackendType::Gcs => BackendKind::S3(parse_gcs(
             raw.gcs.value().unwrap_or_default(),
             &s.child("GCS"),
+            warnings,
         )?),
         BackendType::Ram => BackendKind::Ram(parse_ram(
             raw.ram.value().unwrap_or_default(),
@@ -539,6 +541,7 @@ fn parse_s3(
     s: &Place<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<S3Config, ConfigError> {
+    refuse_skip_tls(s, raw.skip_tls_certificate_verify)?;
     let use_config_env = raw.use_config_env.value_or(false);
     let use_credentials_env = raw.use_credentials_env.value_or(false);
     let anonymous = raw.anonymous.value_or(false);
@@ -651,7 +654,6 @@ fn parse_s3(
             config_file,
             name: profile,
         }),
-        skip_tls_certificate_verify: raw.skip_tls_certificate_verify.value_or(false),
         virtual_hosted_style: raw.virtual_hosted_style_request.value_or(false),
         retry: parse_retry(
             s,
@@ -660,11 +662,29 @@ fn parse_s3(
             raw.retry_max_delay,
         )?,
         aistore: None,
-        gcs_api_key: None,
     })
 }
 
-fn parse_aistore(raw: raw::AIStore, s: &Place<'_>) -> Result<S3Config, ConfigError> {
+/// `skip_tls_certificate_verify: true` is refused where it is written: msfs verifies every
+/// server's certificate (rustls, against the system's trust store), and a mount that accepted
+/// the key and verified anyway would fail later, far from the cause.
+fn refuse_skip_tls(s: &Place<'_>, given: Option<Flag>) -> Result<(), ConfigError> {
+    if given.value_or(false) {
+        return Err(s.invalid(
+            "skip_tls_certificate_verify",
+            "msfs always verifies the server's certificate: add the server's CA certificate to \
+             the system trust store, or point SSL_CERT_FILE at a PEM bundle holding it",
+        ));
+    }
+    Ok(())
+}
+
+fn parse_aistore(
+    raw: raw::AIStore,
+    s: &Place<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<S3Config, ConfigError> {
+    refuse_skip_tls(s, raw.skip_tls_certificate_verify)?;
     let endpoint = s.text_or("endpoint", raw.endpoint, d::AIS_ENDPOINT)?;
     if endpoint.is_empty() {
         return Err(s.invalid("endpoint", "required; set it here or in AIS_ENDPOINT"));
@@ -676,11 +696,20 @@ fn parse_aistore(raw: raw::AIStore, s: &Place<'_>) -> Result<S3Config, ConfigErr
         raw.authn_token_file,
         d::AIS_AUTHN_TOKEN_FILE,
     )?;
-    let provider = s.text_or("provider", raw.provider, d::AIS_PROVIDER)?;
-    if provider.is_empty() {
-        return Err(s.invalid(
+    if raw.provider.is_some() {
+        let provider = s.text_or("provider", raw.provider, d::AIS_PROVIDER)?;
+        if provider.is_empty() {
+            return Err(s.invalid(
+                "provider",
+                "must not be empty (\"ais\" for native AIStore buckets)",
+            ));
+        }
+        warnings.push(s.warning(
             "provider",
-            "must not be empty (\"ais\" for native AIStore buckets)",
+            &format!(
+                "{WITHOUT_EFFECT}: msfs reaches AIStore through its S3 API, where AIStore finds \
+                 the bucket's provider itself"
+            ),
         ));
     }
     let timeout = Duration::from_millis(raw.timeout.value_or(d::AIS_TIMEOUT_MS));
@@ -694,24 +723,34 @@ fn parse_aistore(raw: raw::AIStore, s: &Place<'_>) -> Result<S3Config, ConfigErr
         region: d::AIS_REGION.to_string(),
         credentials: S3Credentials::Anonymous,
         config_profile: None,
-        skip_tls_certificate_verify: raw.skip_tls_certificate_verify.value_or(false),
         virtual_hosted_style: false,
         retry: RetryConfig::default(),
         aistore: Some(AIStoreOptions {
             authn_token: (!authn_token.expose().is_empty()).then_some(authn_token),
             authn_token_file: (!authn_token_file.is_empty())
                 .then(|| PathBuf::from(authn_token_file)),
-            provider,
             timeout,
             manifest_gen_backend: (!manifest_gen_backend.is_empty())
                 .then_some(manifest_gen_backend),
         }),
-        gcs_api_key: None,
     })
 }
 
-fn parse_gcs(raw: raw::Gcs, s: &Place<'_>) -> Result<S3Config, ConfigError> {
-    let api_key = secret_or(s, "api_key", raw.api_key, "")?;
+fn parse_gcs(
+    raw: raw::Gcs,
+    s: &Place<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<S3Config, ConfigError> {
+    refuse_skip_tls(s, raw.skip_tls_certificate_verify)?;
+    if raw.api_key.is_some() {
+        warnings.push(s.warning(
+            "api_key",
+            &format!(
+                "{WITHOUT_EFFECT}: msfs reaches GCS through its S3-interoperable XML API, which \
+                 authenticates with HMAC keys: set access_key_id and secret_access_key"
+            ),
+        ));
+    }
     let endpoint = s.text_or("endpoint", raw.endpoint, "")?;
     let endpoint = if endpoint.is_empty() {
         d::GCS_ENDPOINT.to_string()
@@ -735,7 +774,6 @@ fn parse_gcs(raw: raw::Gcs, s: &Place<'_>) -> Result<S3Config, ConfigError> {
         region: d::GCS_REGION.to_string(),
         credentials,
         config_profile: None,
-        skip_tls_certificate_verify: raw.skip_tls_certificate_verify.value_or(false),
         virtual_hosted_style: false,
         retry: parse_retry(
             s,
@@ -744,7 +782,6 @@ fn parse_gcs(raw: raw::Gcs, s: &Place<'_>) -> Result<S3Config, ConfigError> {
             raw.retry_max_delay,
         )?,
         aistore: None,
-        gcs_api_key: (!api_key.expose().is_empty()).then_some(api_key),
     })
 }
 

@@ -24,8 +24,6 @@ pub(super) const FUSE_IO_URING: bool = false;
 pub(super) const FUSE_IO_URING_POLL_US: u64 = 50;
 pub(super) const ENTRY_ATTR_TTL_MS: u64 = 10_000;
 pub(super) const EVICTABLE_INODE_TTL_MS: u64 = 1_000_000;
-pub(super) const VIRTUAL_DIR_TTL_MS: u64 = 1_000_000;
-pub(super) const VIRTUAL_FILE_TTL_MS: u64 = 1_000_000;
 pub(super) const TTL_CHECK_INTERVAL_MS: u64 = 250;
 /// Inodes a mount keeps for the kernel before it asks the kernel to drop idle files' (ours):
 /// about 100 MiB of msfs's memory, and as much again of the kernel's (see README, Configuration).
@@ -43,7 +41,6 @@ pub(super) const MIN_WRITE_DIRTY_LIMIT_BYTES: u64 = 64 << 20;
 /// whole small bodies. At least 2 MiB, one chunk of a streamed part and its read-ahead.
 pub(super) const WRITE_BUFFER_LIMIT_BYTES: u64 = 256 << 20;
 pub(super) const MIN_WRITE_BUFFER_LIMIT_BYTES: u64 = 2 << 20;
-pub(super) const PROCESS_MEMORY_LIMIT: u64 = 4_294_967_296;
 pub(super) const AUTO_SIGHUP_INTERVAL_SECS: u64 = 0;
 /// A FUSE request unanswered this long is logged and counted (ours; 0 turns it off). Long
 /// enough that a slow store under load never trips it, short enough to be seen in minutes.
@@ -104,8 +101,6 @@ pub(super) const PSEUDO_DIR_NAME_FORMAT: &str = "dir_%08X";
 pub(super) const PSEUDO_FILE_NAME_FORMAT: &str = "file_%08X";
 pub(super) const PSEUDO_MAX_LIST_PAGE_SIZE: u64 = 1000;
 
-pub(super) const OTEL_COLLECT_INTERVAL_MS: u64 = 1000;
-pub(super) const OTEL_COLLECT_TIMEOUT_MS: u64 = 10_000;
 pub(super) const OTEL_EXPORT_INTERVAL_MS: u64 = 60_000;
 pub(super) const OTEL_EXPORT_TIMEOUT_MS: u64 = 30_000;
 

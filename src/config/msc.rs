@@ -22,13 +22,16 @@ use super::types::{
 use super::v1::{check_mountname, config_defaults, seconds};
 
 /// Keys of the Python client that have no meaning for a mount.
-const LEGACY: &[(&str, &[&str])] = &[
+pub(super) const LEGACY: &[(&str, &str, &[&str])] = &[
     (
         "",
+        "a setting of the Python client's own cache and path handling; a mount caches with the \
+         msfs_version: 1 cache_* keys",
         &["cache", "path_mapping", "experimental_features", "include"],
     ),
     (
         "profiles.*",
+        "a setting of the Python client's object operations, which a mount does not use",
         &[
             "caching_enabled",
             "retry",
@@ -245,10 +248,8 @@ fn s3_from_profile(
         region,
         credentials: credentials.unwrap_or(S3Credentials::DefaultChain),
         config_profile,
-        skip_tls_certificate_verify: false,
         virtual_hosted_style: false,
         retry: RetryConfig::default(),
         aistore: None,
-        gcs_api_key: None,
     })
 }

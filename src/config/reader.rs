@@ -31,9 +31,13 @@ pub(super) fn index_path(parent: &str, i: usize) -> String {
 }
 
 /// Keys that other implementations read and msfs does not, by the section they sit in
-/// (`backends[].S3`: `[]` is any list index, `*` any one key of a mapping). They are
-/// warned about as such rather than as unknown keys.
-pub(super) type Legacy<'k> = &'k [(&'k str, &'k [&'k str])];
+/// (`backends[].S3`: `[]` is any list index, `*` any one key of a mapping), with why msfs has
+/// no use for them. They are warned about as such rather than as unknown keys.
+pub(super) type Legacy<'k> = &'k [(&'k str, &'k str, &'k [&'k str])];
+
+/// How a key msfs accepts and does nothing with is reported (with the reason after it): never
+/// silently, so that nobody believes a setting took effect.
+pub(super) const WITHOUT_EFFECT: &str = "accepted for compatibility, without effect in msfs";
 
 /// A section of the file: a mapping of keys read into `T`, and nothing else. (serde's derived
 /// structs also take a list of their field values in order, so `S3: [a, b]` would otherwise
@@ -85,13 +89,13 @@ pub(super) fn read<T: DeserializeOwned>(
     })?;
     for mut parts in unread {
         let key = parts.pop().unwrap_or_default();
-        let is_legacy = legacy
+        let legacy_why = legacy
             .iter()
-            .any(|(section, keys)| matches(section, &parts) && keys.contains(&key.as_str()));
-        let message = if is_legacy {
-            "not used by msfs, ignored"
-        } else {
-            "unknown key, ignored"
+            .find(|(section, _, keys)| matches(section, &parts) && keys.contains(&key.as_str()))
+            .map(|(_, why, _)| why);
+        let message = match legacy_why {
+            Some(why) => format!("{WITHOUT_EFFECT}: {why}"),
+            None => "unknown key, ignored".to_string(),
         };
         parts.push(key);
         let path = join(&at.path, &parts.join("."));
@@ -312,7 +316,7 @@ mod tests {
     fn unread_keys_become_warnings_with_their_paths() {
         let (result, warnings) = outer(
             json!({"b": {"zz": 1, "ok": 3}, "list": [{}, {"old": 1}], "aa": 2}),
-            &[("list[]", &["old"])],
+            &[("list[]", "an old key", &["old"])],
         );
         assert!(result.is_ok(), "{result:?}");
         assert_eq!(
@@ -320,7 +324,7 @@ mod tests {
             vec![
                 "c.yaml: top.aa: unknown key, ignored",
                 "c.yaml: top.b.zz: unknown key, ignored",
-                "c.yaml: top.list[1].old: not used by msfs, ignored",
+                "c.yaml: top.list[1].old: accepted for compatibility, without effect in msfs: an old key",
             ]
         );
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::defaults as d;
 use super::error::ConfigError;
 use super::raw;
-use super::reader::{Place, Section, read};
+use super::reader::{Place, Section, WITHOUT_EFFECT, read};
 use super::scalar::{OptScalar, Whole};
 use super::types::{
     AttributeProvider, AttributeSource, MetricsReaderConfig, OtlpExporterConfig, TelemetryConfig,
@@ -39,6 +39,7 @@ pub(super) fn parse_telemetry(
     let reader = parse_reader(
         metrics.reader.value().unwrap_or_default(),
         &at.child("reader"),
+        warnings,
     )?;
     let exporter = match metrics.exporter {
         Some(Section(e)) => parse_exporter(e, &at.child("exporter"), warnings)?,
@@ -85,7 +86,11 @@ fn parse_attribute_provider(
     Ok(Some(AttributeProvider { source, attributes }))
 }
 
-fn parse_reader(raw: raw::Reader, at: &Place<'_>) -> Result<MetricsReaderConfig, ConfigError> {
+fn parse_reader(
+    raw: raw::Reader,
+    at: &Place<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<MetricsReaderConfig, ConfigError> {
     let kind = at.text_or("type", raw.kind, "periodic")?;
     // The Python client calls its collect/export reader "diperiodic"; same options.
     if kind != "periodic" && kind != "diperiodic" {
@@ -95,20 +100,33 @@ fn parse_reader(raw: raw::Reader, at: &Place<'_>) -> Result<MetricsReaderConfig,
         ));
     }
     let o = raw.options.value().unwrap_or_default();
+    let options = at.child("options");
+    // The Python client collects into its own buffer between exports; msfs's reader collects
+    // the live instruments in-process at each export, so neither key has anything to govern.
+    for (key, given) in [
+        (
+            "collect_interval_millis",
+            o.collect_interval_millis.is_some(),
+        ),
+        ("collect_timeout_millis", o.collect_timeout_millis.is_some()),
+    ] {
+        if given {
+            warnings.push(options.warning(
+                key,
+                &format!(
+                    "{WITHOUT_EFFECT}: msfs collects its metrics in-process at each export \
+                     (export_interval_millis, bounded by export_timeout_millis)"
+                ),
+            ));
+        }
+    }
     let ms = |given: Option<Whole<u64>>, default| Duration::from_millis(given.value_or(default));
     let config = MetricsReaderConfig {
-        collect_interval: ms(o.collect_interval_millis, d::OTEL_COLLECT_INTERVAL_MS),
-        collect_timeout: ms(o.collect_timeout_millis, d::OTEL_COLLECT_TIMEOUT_MS),
         export_interval: ms(o.export_interval_millis, d::OTEL_EXPORT_INTERVAL_MS),
         export_timeout: ms(o.export_timeout_millis, d::OTEL_EXPORT_TIMEOUT_MS),
     };
-    for (key, value) in [
-        ("collect_interval_millis", config.collect_interval),
-        ("export_interval_millis", config.export_interval),
-    ] {
-        if value.is_zero() {
-            return Err(at.child("options").invalid(key, "must be greater than 0"));
-        }
+    if config.export_interval.is_zero() {
+        return Err(options.invalid("export_interval_millis", "must be greater than 0"));
     }
     Ok(config)
 }

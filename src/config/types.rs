@@ -51,10 +51,6 @@ pub struct Config {
     /// Inodes a mount keeps for the kernel beyond which the least recently used files' are
     /// dropped too, idle or not (ours).
     pub evictable_inode_limit: usize,
-    /// How long a created but still empty directory is kept.
-    pub virtual_dir_ttl: Duration,
-    /// How long a created but not yet committed file is kept.
-    pub virtual_file_ttl: Duration,
     /// How often idle inodes are looked for (`evictable_inode_ttl`) and the inode limit checked.
     pub ttl_check_interval: Duration,
     pub cache: CacheConfig,
@@ -66,10 +62,6 @@ pub struct Config {
     pub write_dirty_limit_bytes: u64,
     /// Bytes commits in flight may hold in memory, process-wide (ours).
     pub write_buffer_limit_bytes: u64,
-    /// The reference system's process-wide memory budget (0: none). Accepted and validated,
-    /// read by nothing: msfs bounds memory where it is held (cache lines, dirty and buffered
-    /// write bytes), not by one limit.
-    pub process_memory_limit: u64,
     /// Reload the config file this often, as if sent SIGHUP; `None` disables it.
     pub auto_sighup_interval: Option<Duration>,
     /// A FUSE request unanswered this long is logged at `warn` and counted; `None` disables
@@ -80,6 +72,22 @@ pub struct Config {
     /// The `opentelemetry` section, when it configures metrics.
     pub telemetry: Option<TelemetryConfig>,
     pub backends: Vec<BackendConfig>,
+    /// The whole mount read-only (`msfs mount --read-only`, `mount.msfs -o ro`): the kernel
+    /// mount and every backend, also those a reload adds. Not a key of the file.
+    pub read_only: bool,
+    /// Mounted with the kernel's noexec (`msfs mount --no-exec`, `mount.msfs -o noexec`). Not
+    /// a key of the file.
+    pub no_exec: bool,
+}
+
+impl Config {
+    /// Makes the whole mount read-only (see [`Config::read_only`]).
+    pub fn make_read_only(&mut self) {
+        self.read_only = true;
+        for backend in &mut self.backends {
+            backend.readonly = true;
+        }
+    }
 }
 
 /// The line cache shared by every backend of the mount.
@@ -99,7 +107,10 @@ pub struct CacheConfig {
     /// Keep lines on disk across restarts (a fixed directory under `dir_path`, indexed; see
     /// `cache::persist`). Only with `MappedFile` storage and an explicit `dir_path`.
     pub persistent: bool,
-    /// Keep committed write bytes in the cache so they read back without a download.
+    /// After a commit that uploaded a file whole in one PutObject of at most 8 MiB (the bodies
+    /// built in memory), keep its bytes in the cache so they read back without a download.
+    /// Larger files, and files committed in parts over an earlier version, are read back from
+    /// the store.
     pub write_cache_promotion: bool,
 }
 
@@ -208,14 +219,11 @@ pub struct S3Config {
     pub credentials: S3Credentials,
     /// `use_config_env`: take region and endpoint from this profile of the AWS config file.
     pub config_profile: Option<AwsProfile>,
-    pub skip_tls_certificate_verify: bool,
     /// Bucket in the host name instead of the path.
     pub virtual_hosted_style: bool,
     pub retry: RetryConfig,
     /// AIStore-only settings (`flavor == AIStore`).
     pub aistore: Option<AIStoreOptions>,
-    /// GCS API key (`flavor == Gcs`).
-    pub gcs_api_key: Option<Secret>,
 }
 
 /// Where request-signing credentials come from.
@@ -265,9 +273,8 @@ pub struct AIStoreOptions {
     pub authn_token: Option<Secret>,
     /// Token file, re-read when it changes.
     pub authn_token_file: Option<PathBuf>,
-    /// Backend provider of the cached buckets (`s3`, `ais`, `gcp`, …).
-    pub provider: String,
-    /// Limit on one request including its retries.
+    /// How long one request may wait for its answer to start, or its answer may pause, before
+    /// it is abandoned and retried.
     pub timeout: Duration,
     /// `dir_name` of another, non-AIStore backend that lists this bucket directly.
     pub manifest_gen_backend: Option<String>,
@@ -338,11 +345,9 @@ pub enum AttributeSource {
     EnvironmentVariables,
 }
 
-/// The periodic reader: collect often, export less often.
+/// The periodic reader: it collects the instruments and exports them every `export_interval`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsReaderConfig {
-    pub collect_interval: Duration,
-    pub collect_timeout: Duration,
     pub export_interval: Duration,
     pub export_timeout: Duration,
 }

@@ -11,7 +11,7 @@ use super::backend::{check_absolute, check_url, parse_backend, positive};
 use super::defaults as d;
 use super::error::ConfigError;
 use super::raw;
-use super::reader::{Place, Section, index_path, read};
+use super::reader::{Place, Section, WITHOUT_EFFECT, index_path, read};
 use super::scalar::{OptScalar, Whole};
 
 /// The smallest `evictable_inode_limit` accepted.
@@ -76,8 +76,6 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         fuse_io_uring_poll: Duration::from_micros(d::FUSE_IO_URING_POLL_US),
         entry_attr_ttl: Duration::from_millis(d::ENTRY_ATTR_TTL_MS),
         evictable_inode_ttl: Duration::from_millis(d::EVICTABLE_INODE_TTL_MS),
-        virtual_dir_ttl: Duration::from_millis(d::VIRTUAL_DIR_TTL_MS),
-        virtual_file_ttl: Duration::from_millis(d::VIRTUAL_FILE_TTL_MS),
         ttl_check_interval: Duration::from_millis(d::TTL_CHECK_INTERVAL_MS),
         evictable_inode_limit: d::EVICTABLE_INODE_LIMIT as usize,
         cache: CacheConfig {
@@ -94,28 +92,39 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         write_commit_workers: d::WRITE_COMMIT_WORKERS,
         write_dirty_limit_bytes: d::WRITE_DIRTY_LIMIT_BYTES,
         write_buffer_limit_bytes: d::WRITE_BUFFER_LIMIT_BYTES,
-        process_memory_limit: d::PROCESS_MEMORY_LIMIT,
         auto_sighup_interval: None,
         fuse_request_stall_warn: seconds(d::FUSE_REQUEST_STALL_WARN_SECS),
         metrics_endpoint: None,
         telemetry: None,
         backends: Vec::new(),
+        read_only: false,
+        no_exec: false,
     }
 }
 
 /// Where keys of older implementations may sit in this format.
-const LEGACY: &[(&str, &[&str])] = &[
-    ("", LEGACY_TOP_LEVEL),
-    // Tuning knobs of the Go write path, which works differently here.
+pub(super) const LEGACY: &[(&str, &str, &[&str])] = &[
+    (
+        "",
+        "a setting of the Go implementation's metadata store and dirty-line accounting, which \
+         msfs does not have",
+        LEGACY_TOP_LEVEL,
+    ),
     (
         "backends[]",
+        "a tuning knob of the Go implementation's write path; msfs sizes parts by \
+         multipart_upload_threshold_bytes and uploads with write_commit_workers",
         &[
             "multipart_cache_line_threshold",
             "upload_part_cache_lines",
             "upload_part_concurrency",
         ],
     ),
-    ("backends[].S3", &["unsigned_payload"]),
+    (
+        "backends[].S3",
+        "msfs leaves payload signing to the AWS SDK's defaults",
+        &["unsigned_payload"],
+    ),
 ];
 
 /// Reads and checks a `msfs_version: 1` file's tree.
@@ -126,6 +135,7 @@ pub(super) fn parse_v1(
     warnings: &mut Vec<String>,
 ) -> Result<Config, ConfigError> {
     let mut raw: raw::V1 = read(tree, s, LEGACY, warnings)?;
+    warn_without_effect(s, &raw, warnings);
     let mut c = config_defaults(s.source(), ids);
     c.mountname = s.text_or("mountname", raw.mountname.take(), d::MOUNTNAME)?;
     check_mountname(s, "mountname", &c.mountname)?;
@@ -198,7 +208,6 @@ pub(super) fn parse_v1(
             "must be at least 2097152 (2 MiB)",
         ));
     }
-    c.process_memory_limit = raw.process_memory_limit.value_or(d::PROCESS_MEMORY_LIMIT);
     c.auto_sighup_interval = seconds(
         raw.auto_sighup_interval
             .value_or(d::AUTO_SIGHUP_INTERVAL_SECS),
@@ -210,6 +219,13 @@ pub(super) fn parse_v1(
     let endpoint = s.text_or("endpoint", raw.endpoint.take(), "")?;
     if !endpoint.is_empty() {
         check_url(s, "endpoint", &endpoint)?;
+        // The endpoint msfs itself listens on, in plain HTTP (put TLS in front of it).
+        if !endpoint.starts_with("http://") {
+            return Err(s.invalid(
+                "endpoint",
+                format!("{endpoint:?}: msfs serves /metrics over plain HTTP: use http://HOST:PORT"),
+            ));
+        }
         c.metrics_endpoint = Some(endpoint);
     }
     if let Some(Section(otel)) = raw.opentelemetry.take() {
@@ -224,6 +240,35 @@ pub(super) fn parse_v1(
         ));
     }
     Ok(c)
+}
+
+/// Keys of the reference system that msfs reads (as numbers, like every key) but has no use
+/// for: each one given is warned about, with why.
+fn warn_without_effect(s: &Place<'_>, raw: &raw::V1, warnings: &mut Vec<String>) {
+    for (key, given, why) in [
+        (
+            "virtual_dir_ttl",
+            raw.virtual_dir_ttl.is_some(),
+            "mkdir stores a directory marker object at once, so no directory is kept only in \
+             memory, and none expires",
+        ),
+        (
+            "virtual_file_ttl",
+            raw.virtual_file_ttl.is_some(),
+            "a created file, written or empty, is kept until it is committed to the store, and \
+             never expires before",
+        ),
+        (
+            "process_memory_limit",
+            raw.process_memory_limit.is_some(),
+            "memory is bounded where it is held: cache_lines x cache_line_size, \
+             write_dirty_limit_bytes, write_buffer_limit_bytes and evictable_inode_limit",
+        ),
+    ] {
+        if given {
+            warnings.push(s.warning(key, &format!("{WITHOUT_EFFECT}: {why}")));
+        }
+    }
 }
 
 /// Checks each `backends[i]`, then the rules that need all of them.
@@ -267,8 +312,6 @@ fn parse_ttls(s: &Place<'_>, raw: &raw::V1, c: &mut Config) -> Result<(), Config
     let ms = |given: Option<Whole<u64>>, default| Duration::from_millis(given.value_or(default));
     c.entry_attr_ttl = ms(raw.entry_attr_ttl, d::ENTRY_ATTR_TTL_MS);
     c.evictable_inode_ttl = ms(raw.evictable_inode_ttl, d::EVICTABLE_INODE_TTL_MS);
-    c.virtual_dir_ttl = ms(raw.virtual_dir_ttl, d::VIRTUAL_DIR_TTL_MS);
-    c.virtual_file_ttl = ms(raw.virtual_file_ttl, d::VIRTUAL_FILE_TTL_MS);
     c.ttl_check_interval = ms(raw.ttl_check_interval, d::TTL_CHECK_INTERVAL_MS);
     // The kernel may still hold an inode number for entry_attr_ttl; forgetting it
     // sooner would let the number be reused under the kernel's feet.
@@ -280,20 +323,6 @@ fn parse_ttls(s: &Place<'_>, raw: &raw::V1, c: &mut Config) -> Result<(), Config
                 c.entry_attr_ttl.as_millis()
             ),
         ));
-    }
-    for (key, ttl) in [
-        ("virtual_dir_ttl", c.virtual_dir_ttl),
-        ("virtual_file_ttl", c.virtual_file_ttl),
-    ] {
-        if ttl < c.evictable_inode_ttl {
-            return Err(s.invalid(
-                key,
-                format!(
-                    "must be at least evictable_inode_ttl ({} ms)",
-                    c.evictable_inode_ttl.as_millis()
-                ),
-            ));
-        }
     }
     if c.ttl_check_interval.is_zero() {
         return Err(s.invalid("ttl_check_interval", "must be greater than 0"));

@@ -6,7 +6,7 @@
 //! session at the target, on the process-wide [`Engines`] (one line cache, one write engine,
 //! one metrics registry), so volumes over the same bucket share cached lines.
 
-mod attributes;
+pub(crate) mod attributes;
 
 /// The volume attributes the plugin accepts (per backend, and per volume).
 pub use attributes::{BACKEND_KEYS as BACKEND_ATTRIBUTES, VOLUME_KEYS as VOLUME_ATTRIBUTES};
@@ -168,11 +168,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
         .thread_name("msfs-csi")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    if !options.config.backends.is_empty() {
-        tracing::warn!(
-            "the configuration's backends are ignored by the CSI plugin; volumes come from PVs"
-        );
-    }
+    warn_about_ignored_settings(&options.config);
     let state = state::PublishedState::open(&options.state_dir)?;
     // The upload journal lives in the state dir, kept on the host across restarts, so that the
     // next plugin aborts the uploads of one killed mid-write (at each volume's publish).
@@ -222,6 +218,77 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
 }
 
 /// How long a stopping plugin watches its fd holder for a SIGTERM of its own: the kubelet
+/// Settings of the node configuration that the plugin has no use for, each warned about when the
+/// file sets it otherwise than its default: a volume's mount takes these from its attributes or
+/// from fixed values, and the plugin's metrics endpoint is `--metrics-address`.
+fn warn_about_ignored_settings(config: &crate::config::Config) {
+    let Ok(defaults) = crate::config::parse_str(
+        "msfs_version: 1\nbackends: []\n",
+        Path::new("defaults.yaml"),
+        &|_| None,
+    ) else {
+        return;
+    };
+    let d = &defaults.config;
+    let ignored = [
+        (
+            "backends",
+            !config.backends.is_empty(),
+            "volumes come from PersistentVolumes and inline volumes",
+        ),
+        (
+            "mountname",
+            config.mountname != d.mountname,
+            "each volume is named after its volume id",
+        ),
+        (
+            "mountpoint",
+            config.mountpoint != d.mountpoint,
+            "the kubelet names each volume's target",
+        ),
+        ("uid", config.uid != d.uid, "set a volume's uid attribute"),
+        ("gid", config.gid != d.gid, "set a volume's gid attribute"),
+        (
+            "dir_perm",
+            config.dir_perm != d.dir_perm,
+            "set a volume's dirPerm attribute",
+        ),
+        (
+            "allow_other",
+            config.allow_other != d.allow_other,
+            "every volume lets the pod's users in",
+        ),
+        (
+            "max_write",
+            config.max_write != d.max_write,
+            "volumes are mounted with 1 MiB writes",
+        ),
+        (
+            "entry_attr_ttl",
+            config.entry_attr_ttl != d.entry_attr_ttl,
+            "volumes keep the kernel's entries 10 s",
+        ),
+        (
+            "auto_sighup_interval",
+            config.auto_sighup_interval.is_some(),
+            "the plugin reloads nothing",
+        ),
+        (
+            "endpoint",
+            config.metrics_endpoint.is_some(),
+            "serve metrics with --metrics-address",
+        ),
+    ];
+    for (key, set, why) in ignored {
+        if set {
+            tracing::warn!(
+                "{}: {key}: without effect in the CSI plugin: {why}",
+                config.source.display()
+            );
+        }
+    }
+}
+
 /// signals a pod's containers at about the same moment when it deletes the pod.
 const POD_STOP_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -297,6 +364,17 @@ async fn serve(
     volumes: Arc<Volumes>,
     held: Vec<takeover::HeldVolume>,
 ) -> Result<Stopped, String> {
+    // Before the socket is bound, so that nobody who can reach the plugin finds these signals
+    // still fatal.
+    crate::daemon::ignore_signals(
+        &[
+            (SignalKind::hangup(), "SIGHUP"),
+            (SignalKind::user_defined1(), "SIGUSR1"),
+            (SignalKind::user_defined2(), "SIGUSR2"),
+        ],
+        "the CSI plugin reloads nothing (its node settings apply at its next start); \
+         SIGTERM and SIGINT stop it",
+    );
     let _metrics_server = match &options.metrics_address {
         Some(address) => Some(serve_metrics(address, engines.metrics.clone()).await?),
         None => None,

@@ -397,6 +397,7 @@ impl Volumes {
             allow_other: true,
             workers: self.settings.fuse_workers,
             read_only: configs.iter().all(|c| c.readonly),
+            no_exec: false,
             max_write: MAX_WRITE,
             writeback_cache: self.settings.fuse_writeback_cache,
             passthrough: self.settings.fuse_passthrough,

@@ -10,63 +10,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::mount_options;
 use super::mountpoint::mounted_fstype;
+use clap::Parser;
+
+use crate::cli::MountHelper;
 
 const DEFAULT_LOG_DIR: &str = "/var/log/msfs";
 /// Long enough for the daemon to exhaust its retries against an unreachable endpoint and report
 /// that, rather than the helper giving up first.
 const MOUNT_WAIT: Duration = Duration::from_secs(60);
-/// mount(8) options that concern mount(8) or fstab, not the filesystem.
-const IGNORED_OPTIONS: &[&str] = &[
-    "defaults", "_netdev", "noauto", "auto", "user", "nouser", "users", "nofail", "rw", "ro",
-];
-
-#[derive(Debug, PartialEq, Eq)]
-pub struct HelperArgs {
-    pub config: PathBuf,
-    pub mountpoint: PathBuf,
-    pub options: Vec<String>,
+/// Parses mount(8)'s helper calling convention: `SPEC DIR [-sfnv] [-o OPTIONS] [-t TYPE]`.
+/// `Err` is clap's message (usage, or `--help` / `--version` text to print as it is).
+pub fn parse_args(args: &[String]) -> Result<MountHelper, clap::Error> {
+    MountHelper::try_parse_from(
+        std::iter::once("mount.msfs".to_string()).chain(args.iter().cloned()),
+    )
 }
 
-/// Parses mount(8)'s helper calling convention: `SPEC DIR [-sfnv] [-o OPTIONS] [-t TYPE]`.
-pub fn parse_args(args: &[String]) -> Result<HelperArgs, String> {
-    let mut positional = Vec::new();
-    let mut options = Vec::new();
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        match arg.as_str() {
-            "-o" => {
-                let list = iter.next().ok_or("-o needs a value")?;
-                options.extend(
-                    list.split(',')
-                        .filter(|o| !o.is_empty())
-                        .map(str::to_string),
-                );
-            }
-            "-t" => {
-                iter.next().ok_or("-t needs a value")?;
-            }
-            "-s" | "-f" | "-n" | "-v" => {}
-            flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
-            _ => positional.push(PathBuf::from(arg)),
-        }
-    }
-    match <[PathBuf; 2]>::try_from(positional) {
-        Ok([config, mountpoint]) => Ok(HelperArgs {
-            config,
-            mountpoint,
-            options,
-        }),
-        Err(_) => Err("usage: mount.msfs CONFIG MOUNTPOINT [-o OPTIONS]".into()),
-    }
+/// The `-o` lists, split at their commas.
+fn option_list(args: &MountHelper) -> Vec<String> {
+    args.options
+        .iter()
+        .flat_map(|list| list.split(','))
+        .filter(|o| !o.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Starts the daemon detached and waits for its mount. Returns a message for the user on failure.
-pub fn run(args: &HelperArgs) -> Result<(), String> {
-    for option in &args.options {
-        if !IGNORED_OPTIONS.contains(&option.as_str()) {
-            eprintln!("mount.msfs: ignoring unsupported option {option:?}");
-        }
+pub fn run(args: &MountHelper) -> Result<(), String> {
+    let (flags, ignored) = mount_options::parse(&option_list(args), args.sloppy)?;
+    for option in ignored {
+        eprintln!(
+            "mount.msfs: ignoring {} (-s)",
+            mount_options::refusal(&option)
+        );
     }
     let config = absolute(&args.config)?;
     let mountpoint = absolute(&args.mountpoint)?;
@@ -79,6 +58,12 @@ pub fn run(args: &HelperArgs) -> Result<(), String> {
             mountpoint.display()
         ));
     }
+    if args.fake {
+        // mount -f: everything but the mount.
+        return crate::config::load(&config)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+    }
     let log_dir =
         PathBuf::from(std::env::var("MSFS_LOG_DIR").unwrap_or_else(|_| DEFAULT_LOG_DIR.into()));
     std::fs::create_dir_all(&log_dir)
@@ -88,12 +73,14 @@ pub fn run(args: &HelperArgs) -> Result<(), String> {
     let epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let log_path = log_dir.join(format!("msfs_{epoch}_{}.log", std::process::id()));
+    // Opened before the daemon exists, so named after it (its pid, like the pid file's) once it
+    // does; the daemon writes on into the renamed file.
+    let starting_log = log_dir.join(format!("msfs_{epoch}_starting-{}.log", std::process::id()));
     let log = OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&log_path)
-        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+        .open(&starting_log)
+        .map_err(|e| format!("cannot open {}: {e}", starting_log.display()))?;
     let log_err = log.try_clone().map_err(|e| e.to_string())?;
     let binary = match std::env::var_os("MSFS_BINARY") {
         Some(path) => PathBuf::from(path),
@@ -105,6 +92,8 @@ pub fn run(args: &HelperArgs) -> Result<(), String> {
         .arg("mount")
         .arg(&config)
         .arg(&mountpoint)
+        .args(flags.read_only.then_some("--read-only"))
+        .args(flags.no_exec.then_some("--no-exec"))
         .env("MSC_CONFIG", &config)
         .env("MSFS_MOUNTPOINT", &mountpoint)
         .stdin(Stdio::null())
@@ -119,9 +108,19 @@ pub fn run(args: &HelperArgs) -> Result<(), String> {
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let spawned = command.spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = std::fs::remove_file(&starting_log);
+            return Err(format!("cannot start {}: {e}", binary.display()));
+        }
+    };
+    let log_path = log_dir.join(format!("msfs_{epoch}_{}.log", child.id()));
+    let log_path = match std::fs::rename(&starting_log, &log_path) {
+        Ok(()) => log_path,
+        Err(_) => starting_log,
+    };
     let pid_path = log_dir.join(format!("msfs_{epoch}_{}.pid", child.id()));
     std::fs::write(
         &pid_path,
@@ -202,11 +201,21 @@ mod tests {
             "-o",
             "rw,_netdev",
             "-n",
+            "-o",
+            "ro",
         ]))
         .expect("valid");
         assert_eq!(parsed.config, PathBuf::from("/etc/msfs.yaml"));
         assert_eq!(parsed.mountpoint, PathBuf::from("/mnt/data"));
-        assert_eq!(parsed.options, ["rw", "_netdev"]);
+        assert_eq!(option_list(&parsed), ["rw", "_netdev", "ro"]);
+        assert!(parsed.no_mtab);
+    }
+
+    #[test]
+    fn combined_short_flags_and_the_type_are_read() {
+        let parsed = parse_args(&args(&["c.yaml", "/mnt", "-sfnv", "-t", "msfs"])).expect("valid");
+        assert!(parsed.sloppy && parsed.fake && parsed.no_mtab && parsed.verbose);
+        assert_eq!(parsed.fs_type.as_deref(), Some("msfs"));
     }
 
     #[test]

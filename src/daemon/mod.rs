@@ -8,6 +8,7 @@
 mod bootstrap;
 pub mod evictor;
 pub mod helper;
+pub mod mount_options;
 pub mod mountpoint;
 mod read_ahead;
 pub mod reload;
@@ -25,6 +26,7 @@ use crate::engines::Engines;
 use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
 use crate::store::{InstrumentedStore, ListRequest, ObjectStore, StoreError, open_store};
 use crate::telemetry::serve_metrics;
+pub use mount_options::MountFlags;
 use session::{MountedSession, SessionOptions};
 use survival::MountSurvival;
 pub use survival::{Survival, default_state_dir};
@@ -299,7 +301,8 @@ fn session_options(config: &Config) -> SessionOptions {
         name: config.mountname.clone(),
         allow_other: config.allow_other,
         workers: config.fuse_workers,
-        read_only: false,
+        read_only: config.read_only,
+        no_exec: config.no_exec,
         max_write: config.max_write,
         writeback_cache: config.fuse_writeback_cache,
         passthrough: config.fuse_passthrough,
@@ -318,7 +321,27 @@ pub fn inode_eviction(config: &Config) -> evictor::InodeEviction {
     }
 }
 
-/// The signals the daemon acts on: SIGTERM and SIGINT stop it, SIGHUP reloads.
+/// Logs and otherwise ignores `signals` (each with its name), which tools send to every process
+/// of our name (a reload tool, a log rotator) and whose default action would end this one.
+/// `why` says what the process does not do for them. Must run within a tokio runtime.
+pub fn ignore_signals(signals: &[(SignalKind, &'static str)], why: &'static str) {
+    for &(kind, name) in signals {
+        match signal(kind) {
+            Ok(mut stream) => {
+                tokio::spawn(async move {
+                    while stream.recv().await.is_some() {
+                        tracing::info!(signal = name, "ignored: {why}");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(signal = name, error = %e,
+                "cannot install a handler; this signal ends the process"),
+        }
+    }
+}
+
+/// The signals the daemon acts on: SIGTERM and SIGINT stop it, SIGHUP reloads (SIGUSR1 and
+/// SIGUSR2 are ignored).
 struct Signals {
     term: Signal,
     int: Signal,
@@ -328,6 +351,13 @@ struct Signals {
 impl Signals {
     /// `None` when the handlers cannot be installed (then only `umount` stops the daemon).
     fn install() -> Option<Signals> {
+        ignore_signals(
+            &[
+                (SignalKind::user_defined1(), "SIGUSR1"),
+                (SignalKind::user_defined2(), "SIGUSR2"),
+            ],
+            "msfs mount acts on SIGHUP (reload), SIGTERM and SIGINT (unmount) only",
+        );
         Some(Signals {
             term: signal(SignalKind::terminate()).ok()?,
             int: signal(SignalKind::interrupt()).ok()?,

@@ -47,6 +47,13 @@ pub fn is_fuse_mount_of_device(path: &Path, major: u32, minor: u32) -> io::Resul
     }))
 }
 
+/// The filesystem type mounted at `path`, taken as already canonical: unlike
+/// [`mounted_fstype`], this never stats the path, so a mount nobody serves cannot make it wait.
+pub fn fstype_in_table(path: &Path) -> io::Result<Option<String>> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(entry_in(&table, path).map(|entry| entry.fstype))
+}
+
 fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
     let wanted = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let table = std::fs::read_to_string("/proc/self/mountinfo")?;

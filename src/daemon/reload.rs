@@ -123,7 +123,12 @@ impl Reloader {
         for warning in &loaded.warnings {
             tracing::warn!("{warning}");
         }
-        let new = loaded.config;
+        let mut new = loaded.config;
+        // What the command line asked of the mount holds for whatever the file says now.
+        if self.config.read_only {
+            new.make_read_only();
+        }
+        new.no_exec = self.config.no_exec;
         let plan = plan(&self.config.backends, &new.backends);
         for name in &plan.removed {
             let open = self.fs.open_handles_in(name);

@@ -31,6 +31,8 @@ pub struct SessionOptions {
     pub workers: usize,
     /// Mount read-only in the kernel too (the backends answer EROFS either way).
     pub read_only: bool,
+    /// Mount with the kernel's noexec.
+    pub no_exec: bool,
     /// Largest write request the kernel sends.
     pub max_write: u32,
     /// Ask for the kernel's writeback cache in INIT (`fuse_writeback_cache`).
@@ -65,6 +67,9 @@ impl SessionOptions {
                 MountOption::RW
             },
         ];
+        if self.no_exec {
+            session.mount_options.push(MountOption::NoExec);
+        }
         session.acl = if self.allow_other {
             SessionACL::All
         } else {

@@ -160,7 +160,14 @@ impl MountSurvival {
                 Ok(None)
             };
         }
-        let held = self.fetch()?;
+        let mut held = self.fetch()?;
+        if held.is_some() && !self.survival.takeover && !self.still_mounted() {
+            // The mount was detached (`umount -l`, as the refusal below advises) while the
+            // holder kept its connection: nothing can reach that connection through the
+            // mountpoint again, so it is let go now rather than when the kernel ends it.
+            self.release_detached();
+            held = None;
+        }
         match (&held, self.survival.takeover) {
             (None, true) => Err(DaemonError::Mountpoint(format!(
                 "--takeover: no live connection for {} is held by the fd holder at {}; mount \
@@ -177,6 +184,26 @@ impl MountSurvival {
                 self.mountpoint.display()
             ))),
             _ => Ok(held),
+        }
+    }
+
+    /// Whether a FUSE filesystem is mounted at the mountpoint. Read from the mount table only:
+    /// a stat of a mount nobody serves would wait for it.
+    fn still_mounted(&self) -> bool {
+        // A table that cannot be read counts as mounted: the refusal is the safe answer.
+        super::mountpoint::fstype_in_table(&self.mountpoint)
+            .map_or(true, |fstype| fstype.is_some_and(|t| t.starts_with("fuse")))
+    }
+
+    /// Tells the holder to let go of the connection of a mount that was detached.
+    fn release_detached(&self) {
+        let released = HolderClient::connect(&self.socket).and_then(|mut c| c.release(&self.name));
+        match released {
+            Ok(()) => tracing::info!(mountpoint = %self.mountpoint.display(),
+                "the fd holder kept the connection of a mount detached from here; released it"),
+            Err(e) => tracing::warn!(mountpoint = %self.mountpoint.display(), error = %e,
+                "cannot release the detached mount's connection from the fd holder; it goes \
+                 when the kernel ends it"),
         }
     }
 

@@ -61,7 +61,8 @@ impl State {
 }
 
 /// Serves `socket` until told to stop (see the module docs of [`super`] and [`ServeOptions`]).
-/// Takes over the process's SIGTERM and SIGINT handling and makes the process non-dumpable.
+/// Takes over the process's SIGTERM and SIGINT handling, ignores SIGHUP, SIGUSR1, SIGUSR2 and
+/// SIGALRM, and makes the process non-dumpable.
 pub fn serve(socket: &Path, options: ServeOptions) -> Result<(), HolderError> {
     // SAFETY: prctl(PR_SET_DUMPABLE) only changes a flag of this process. No core file may carry
     // the metadata's credentials; failing leaves the default, which is no worse than before.
@@ -187,7 +188,19 @@ extern "C" fn on_terminate(_signal: libc::c_int) {
     TERMINATE.store(true, Ordering::Relaxed);
 }
 
+/// Signals that ask a process to reload, reopen its logs or wake up. The holder has nothing of
+/// the kind to do, and their default action would end it, and with it every connection whose
+/// serving process is gone: `kill -HUP $(pidof msfs)`, meant for the daemons, reaches it too.
+const IGNORED_SIGNALS: [libc::c_int; 4] =
+    [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM];
+
 fn install_signal_handlers() -> io::Result<()> {
+    for signal in IGNORED_SIGNALS {
+        // SAFETY: setting a signal's disposition to SIG_IGN touches no memory of ours.
+        if unsafe { libc::signal(signal, libc::SIG_IGN) } == libc::SIG_ERR {
+            return Err(io::Error::last_os_error());
+        }
+    }
     for signal in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: the handler only stores to an atomic (async-signal-safe), and `action` is
         // fully initialized before use. SA_RESTART keeps the client threads' reads going.

@@ -10,6 +10,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation};
 
+use super::aistore_auth::{BearerToken, TokenSource};
 use super::retry::DEFAULT_MAX_ATTEMPTS;
 use super::{
     FileStore, ObjectStore, PseudoStore, RamStore, RetryBudget, RetryPolicy, S3Store, StoreError,
@@ -45,15 +46,16 @@ pub async fn open_store(
 }
 
 /// The S3 endpoint a flavour talks to (`None`: AWS's regional one). AIStore serves its S3 API
-/// under `/s3` of the cluster endpoint the config names.
+/// under `/s3` of the cluster endpoint the config names; the SDK appends a path-style bucket to
+/// the endpoint's path as it is, so that path ends with a slash (`/s3/BUCKET`, not `/s3BUCKET`).
 fn effective_endpoint(s3: &S3Config) -> Option<String> {
     match (&s3.endpoint, &s3.flavor) {
         (Some(endpoint), S3Flavor::AIStore) => {
             let base = endpoint.trim_end_matches('/');
             Some(if base.ends_with("/s3") {
-                base.to_string()
+                format!("{base}/")
             } else {
-                format!("{base}/s3")
+                format!("{base}/s3/")
             })
         }
         (Some(endpoint), _) => Some(endpoint.clone()),
@@ -67,26 +69,9 @@ async fn open_s3(
     s3: &S3Config,
     budget: Arc<RetryBudget>,
 ) -> Result<S3Store, StoreError> {
-    if s3.skip_tls_certificate_verify {
-        return Err(StoreError::Setup(
-            "S3.skip_tls_certificate_verify is not supported: add the server's CA certificate to \
-             the system trust store (or point SSL_CERT_FILE at it) instead"
-                .into(),
-        ));
-    }
     let region = profile_region(s3)
         .await
         .unwrap_or_else(|| Region::new(s3.region.clone()));
-    if s3
-        .aistore
-        .as_ref()
-        .is_some_and(|a| a.authn_token.is_some() || a.authn_token_file.is_some())
-    {
-        tracing::warn!(
-            "AIStore.authn_token is not sent yet: requests to an AIStore cluster with \
-             authentication enabled will be refused"
-        );
-    }
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .region(region)
         // Retries are ours (see store::retry): the configured backoff, the SDK's list of what
@@ -95,12 +80,7 @@ async fn open_s3(
         // Checksums only where the API demands them: several S3-compatible servers reject the
         // SDK's default trailing checksums on uploads.
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .read_timeout(READ_TIMEOUT)
-                .build(),
-        );
+        .timeout_config(timeouts(s3));
     loader = match &s3.credentials {
         S3Credentials::Static {
             access_key_id,
@@ -158,6 +138,9 @@ async fn open_s3(
     if let Some(endpoint) = &endpoint {
         builder = builder.endpoint_url(endpoint);
     }
+    if let Some(token) = s3.aistore.as_ref().and_then(TokenSource::of) {
+        builder = builder.interceptor(BearerToken(token));
+    }
     let display = endpoint.unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", s3.region));
     let retry = RetryPolicy {
         base_delay: s3.retry.base_delay,
@@ -178,6 +161,19 @@ async fn open_s3(
         &principal(s3),
         retry,
     ))
+}
+
+/// How long a request may take to connect, and (for AIStore, its `timeout`) to start
+/// answering, and how long an answer may pause, before it is abandoned and retried.
+fn timeouts(s3: &S3Config) -> TimeoutConfig {
+    let builder = TimeoutConfig::builder().connect_timeout(CONNECT_TIMEOUT);
+    match &s3.aistore {
+        Some(aistore) => builder
+            .operation_attempt_timeout(aistore.timeout)
+            .read_timeout(aistore.timeout)
+            .build(),
+        None => builder.read_timeout(READ_TIMEOUT).build(),
+    }
 }
 
 /// Who signs a store's requests, as far as the configuration tells: stores of one bucket with
@@ -224,11 +220,9 @@ mod tests {
             region: "us-east-1".into(),
             credentials: S3Credentials::Anonymous,
             config_profile: None,
-            skip_tls_certificate_verify: false,
             virtual_hosted_style: false,
             retry: RetryConfig::default(),
             aistore: None,
-            gcs_api_key: None,
         }
     }
 
@@ -241,11 +235,112 @@ mod tests {
         );
         assert_eq!(
             effective_endpoint(&s3(S3Flavor::AIStore, Some("http://ais:51080/"))).as_deref(),
-            Some("http://ais:51080/s3")
+            Some("http://ais:51080/s3/")
         );
         assert_eq!(
             effective_endpoint(&s3(S3Flavor::AIStore, Some("http://ais:51080/s3"))).as_deref(),
-            Some("http://ais:51080/s3")
+            Some("http://ais:51080/s3/")
         );
+    }
+
+    /// A one-connection HTTP server on 127.0.0.1 that answers every request with an empty
+    /// listing (or, `answer: false`, never answers) and sends back each request's head.
+    fn listing_server(answer: bool) -> (String, std::sync::mpsc::Receiver<String>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (heads, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                if heads
+                    .send(String::from_utf8_lossy(&head).into_owned())
+                    .is_err()
+                {
+                    return;
+                }
+                if !answer {
+                    // Holds the connection open, silent, until the test ends.
+                    std::thread::sleep(Duration::from_secs(60));
+                    return;
+                }
+                let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult>\
+                    <Name>b</Name><Prefix></Prefix><KeyCount>0</KeyCount><MaxKeys>1</MaxKeys>\
+                    <IsTruncated>false</IsTruncated></ListBucketResult>";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\n\
+                     Content-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (format!("http://{address}"), received)
+    }
+
+    fn aistore(endpoint: &str, token: Option<&str>, timeout: Duration) -> S3Config {
+        S3Config {
+            aistore: Some(crate::config::AIStoreOptions {
+                authn_token: token.map(crate::config::Secret::new),
+                authn_token_file: None,
+                timeout,
+                manifest_gen_backend: None,
+            }),
+            ..s3(S3Flavor::AIStore, Some(endpoint))
+        }
+    }
+
+    async fn list_once(config: &S3Config) -> Result<(), StoreError> {
+        let store = open_s3("b", config, Default::default()).await?;
+        store
+            .list(&super::super::ListRequest::delimited("").max_keys(Some(1)))
+            .await
+            .map(|_| ())
+    }
+
+    #[tokio::test]
+    async fn an_aistore_backend_sends_its_authn_token_as_a_bearer_token() {
+        let (endpoint, heads) = listing_server(true);
+        list_once(&aistore(
+            &endpoint,
+            Some("tok-123"),
+            Duration::from_secs(30),
+        ))
+        .await
+        .expect("listed");
+        let head = heads.recv().expect("a request").to_ascii_lowercase();
+        // AIStore's S3 API, path-style: /s3/BUCKET.
+        assert!(head.starts_with("get /s3/b/?"), "{head}");
+        assert!(
+            head.contains("\r\nauthorization: bearer tok-123\r\n"),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_token_an_aistore_request_carries_no_authorization() {
+        let (endpoint, heads) = listing_server(true);
+        list_once(&aistore(&endpoint, None, Duration::from_secs(30)))
+            .await
+            .expect("listed");
+        let head = heads.recv().expect("a request").to_ascii_lowercase();
+        assert!(!head.contains("authorization"), "{head}");
+    }
+
+    /// The configured `timeout` ends a request whose answer never starts (the default read
+    /// timeout is 30 s; the margin here is wide enough for any machine).
+    #[tokio::test]
+    async fn an_aistore_request_that_gets_no_answer_ends_at_its_timeout() {
+        let (endpoint, _heads) = listing_server(false);
+        let mut config = aistore(&endpoint, None, Duration::from_millis(200));
+        config.retry.base_delay = Duration::ZERO;
+        let outcome = tokio::time::timeout(Duration::from_secs(20), list_once(&config)).await;
+        let result = outcome.expect("the request ended at its timeout, long before 20 s");
+        assert!(result.is_err(), "a silent server is an error: {result:?}");
     }
 }

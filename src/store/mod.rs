@@ -4,6 +4,7 @@
 //! ETags and [`StoreError`]. That keeps the namespace, cache and write engines testable against
 //! the local-directory store and lets new protocols plug in without touching them.
 
+mod aistore_auth;
 mod body;
 mod build;
 mod error;

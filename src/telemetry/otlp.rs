@@ -248,8 +248,6 @@ mod tests {
                 },
             ],
             reader: MetricsReaderConfig {
-                collect_interval: Duration::from_secs(1),
-                collect_timeout: Duration::from_secs(1),
                 export_interval: Duration::from_secs(1),
                 export_timeout: Duration::from_secs(1),
             },

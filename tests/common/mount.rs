@@ -150,6 +150,17 @@ impl MsfsMount {
         self.wait_for_line(": mounted", "serve the mount again")
     }
 
+    /// After the process died and its mount went (`umount -l`): starts a plain `msfs mount` on
+    /// the same mountpoint and state directory, once, and waits for the mount.
+    pub fn mount_again(&mut self) -> Result<(), String> {
+        assert!(
+            self.try_reap().is_some(),
+            "mount_again needs the previous process gone"
+        );
+        self.spawn(&[])?;
+        self.wait_for_mount()
+    }
+
     /// An upgrade while msfs serves: starts `msfs mount --takeover` beside it, waits until that
     /// one waits to succeed it, sends the running one SIGTERM and waits until the successor
     /// serves. Returns the old process's exit status and its output (stdout: the text logs).

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 
+mod doc_drift;
 mod env;
 mod files;
 mod msc;

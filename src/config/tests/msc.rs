@@ -217,7 +217,7 @@ opentelemetry:
       - type: process
     reader:
       type: periodic
-      options: {collect_interval_millis: 500, export_interval_millis: 30000}
+      options: {export_interval_millis: 30000}
     exporter:
       type: otlp
       options: {endpoint: "http://otel-collector:4318", insecure: true}
@@ -246,8 +246,6 @@ profiles: {p: {storage_provider: {type: s3, options: {base_path: b}}}}
                 },
             ],
             reader: MetricsReaderConfig {
-                collect_interval: Duration::from_millis(500),
-                collect_timeout: Duration::from_millis(10_000),
                 export_interval: Duration::from_millis(30_000),
                 export_timeout: Duration::from_millis(30_000),
             },

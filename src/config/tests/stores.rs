@@ -145,11 +145,43 @@ fn aistore_backend_reads_its_section_and_environment() {
         Some(AIStoreOptions {
             authn_token: Some(Secret::new("tok")),
             authn_token_file: Some("/h/.config/ais/cli/auth.token".into()),
-            provider: "ais".into(),
             timeout: Duration::from_millis(30_000),
             manifest_gen_backend: None,
         })
     );
+}
+
+#[test]
+fn skipping_certificate_verification_is_refused_where_it_is_written() {
+    for (ty, section) in [
+        ("S3", "S3: {region: r, skip_tls_certificate_verify: true}"),
+        (
+            "AIStore",
+            "AIStore: {endpoint: 'https://ais', skip_tls_certificate_verify: true}",
+        ),
+        ("GCS", "GCS: {skip_tls_certificate_verify: true}"),
+    ] {
+        let text = format!(
+            "msfs_version: 1\nbackends:\n  - {{dir_name: a, backend_type: {ty}, \
+             bucket_container_name: k, {section}}}\n"
+        );
+        let message = error("c.yaml", &text);
+        assert!(
+            message.starts_with(&format!(
+                "c.yaml: backends[0].{ty}.skip_tls_certificate_verify: msfs always verifies"
+            )),
+            "{message}"
+        );
+        assert!(message.contains("SSL_CERT_FILE"), "{message}");
+        let allowed = text.replace(
+            "skip_tls_certificate_verify: true",
+            "skip_tls_certificate_verify: false",
+        );
+        assert!(
+            parse_with("c.yaml", &allowed, &[]).is_ok(),
+            "{ty}: false is accepted"
+        );
+    }
 }
 
 #[test]
@@ -171,7 +203,7 @@ fn gcs_backend_defaults_to_the_interoperability_endpoint() {
         s.endpoint.as_deref(),
         Some("https://storage.googleapis.com")
     );
-    assert_eq!(s.gcs_api_key, Some(Secret::new("key123")));
+    assert!(loaded.warnings[0].contains("api_key: accepted for compatibility"));
     assert_eq!(s.credentials, S3Credentials::Anonymous);
 }
 
@@ -262,4 +294,18 @@ fn backend_type_is_case_insensitive() {
         kinds[..],
         [BackendKind::S3(_), BackendKind::Ram(_), BackendKind::File]
     ));
+}
+
+#[test]
+fn a_metrics_endpoint_msfs_cannot_serve_is_refused_at_load() {
+    let message = error(
+        "c.yaml",
+        "msfs_version: 1\nendpoint: https://0.0.0.0:9100\nbackends: []\n",
+    );
+    assert!(
+        message.starts_with(
+            "c.yaml: endpoint: \"https://0.0.0.0:9100\": msfs serves /metrics over plain HTTP"
+        ),
+        "{message}"
+    );
 }

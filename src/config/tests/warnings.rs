@@ -23,10 +23,58 @@ fn keys_of_the_go_implementation_are_accepted_with_a_warning() {
     assert_eq!(
         loaded.warnings,
         vec![
-            "c.yaml: backends[0].upload_part_concurrency: not used by msfs, ignored",
-            "c.yaml: pebble_cache_size: not used by msfs, ignored",
+            "c.yaml: backends[0].upload_part_concurrency: accepted for compatibility, without \
+             effect in msfs: a tuning knob of the Go implementation's write path; msfs sizes \
+             parts by multipart_upload_threshold_bytes and uploads with write_commit_workers",
+            "c.yaml: pebble_cache_size: accepted for compatibility, without effect in msfs: a \
+             setting of the Go implementation's metadata store and dirty-line accounting, \
+             which msfs does not have",
         ]
     );
+}
+
+/// Every key msfs reads and does nothing with says so, naming itself and why, each time the
+/// file is loaded (`msfs check-config`, a mount, a reload).
+#[test]
+fn keys_without_effect_are_warned_with_their_reason() {
+    let text = "msfs_version: 1\nvirtual_dir_ttl: 2000000\nvirtual_file_ttl: 2000000\n\
+        process_memory_limit: 1073741824\n\
+        opentelemetry:\n  metrics:\n    reader:\n      options: {collect_timeout_millis: 5000}\n\
+        backends:\n\
+        \x20 - {dir_name: a, backend_type: AIStore, bucket_container_name: b, \
+        AIStore: {endpoint: 'http://ais:51080', provider: gcp}}\n\
+        \x20 - {dir_name: g, backend_type: GCS, bucket_container_name: b, GCS: {api_key: k}}\n";
+    let loaded = parse("c.yaml", text);
+    let mut keys: Vec<&str> = loaded
+        .warnings
+        .iter()
+        .map(|w| {
+            assert!(
+                w.contains(": accepted for compatibility, without effect in msfs: "),
+                "{w}"
+            );
+            w.split(": ").nth(1).expect("a key path")
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "backends[0].AIStore.provider",
+            "backends[1].GCS.api_key",
+            "opentelemetry.metrics.reader.options.collect_timeout_millis",
+            "process_memory_limit",
+            "virtual_dir_ttl",
+            "virtual_file_ttl",
+        ]
+    );
+}
+
+#[test]
+fn keys_left_at_their_defaults_are_not_warned_about() {
+    let text = "msfs_version: 1\nbackends:\n  - {dir_name: a, backend_type: AIStore, \
+        bucket_container_name: b, AIStore: {endpoint: 'http://ais:51080'}}\n";
+    assert!(parse("c.yaml", text).warnings.is_empty());
 }
 
 #[test]

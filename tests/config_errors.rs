@@ -3,15 +3,21 @@
 
 use std::process::Command;
 
-fn check(file_name: &str, text: &str) -> (bool, String) {
+/// `msfs check-config` of `text` written as `file_name`, with warnings logged.
+fn check_output(file_name: &str, text: &str) -> std::process::Output {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(file_name);
     std::fs::write(&path, text).expect("write config");
-    let out = Command::new(env!("CARGO_BIN_EXE_msfs"))
+    Command::new(env!("CARGO_BIN_EXE_msfs"))
         .arg("check-config")
         .arg(&path)
+        .env("RUST_LOG", "warn")
         .output()
-        .expect("run msfs");
+        .expect("run msfs")
+}
+
+fn check(file_name: &str, text: &str) -> (bool, String) {
+    let out = check_output(file_name, text);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -134,29 +140,20 @@ fn skipping_certificate_verification_is_refused_naming_the_key() {
 /// log, as a mount's start does).
 #[test]
 fn check_config_warns_of_each_key_without_effect() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("config.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "msfs_version: 1\nvirtual_dir_ttl: 2000000\nprocess_memory_limit: 1000000\n\
+    let out = check_output(
+        "config.yaml",
+        &format!(
+            "msfs_version: 1\nvirtual_dir_ttl: 2000000\nvirtual_file_ttl: 2000000\n\
              backends:\n  - dir_name: a\n{S3}    S3: {{region: r}}\n"
         ),
-    )
-    .expect("write config");
-    let out = Command::new(env!("CARGO_BIN_EXE_msfs"))
-        .arg("check-config")
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run msfs");
+    );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for key in ["virtual_dir_ttl", "process_memory_limit"] {
+    for key in ["virtual_dir_ttl", "virtual_file_ttl"] {
         assert!(
             stdout.contains(&format!(
                 "{key}: accepted for compatibility, without effect in msfs: "

@@ -220,7 +220,8 @@ pub struct CsiArgs {
                   rw is the default; noexec forbids executing programs from the mount, exec \
                   is the default; nosuid, nodev and noatime are accepted and always in \
                   effect; defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, \
-                  group, comment=... and x-... belong to mount(8), fstab and systemd and are \
+                  group, user=..., uhelper=..., helper=..., comment=... and x-... belong to \
+                  mount(8), fstab and systemd and are \
                   left to them. Any other option is refused by name (warned and ignored with -s): \
                   msfs takes its settings from the configuration file.\n\n\
                   Environment: MSFS_LOG_DIR (log and pid files), MSFS_NO_FD_HOLDER=1 (the \

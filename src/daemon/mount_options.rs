@@ -17,6 +17,9 @@ pub struct MountFlags {
 const LEFT_TO_MOUNT: &[&str] = &[
     "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "owner", "group",
 ];
+/// Prefixes of options mount(8) and systemd add or read themselves: `x-systemd.*`, a user
+/// mount's `user=NAME`, `uhelper=`/`helper=` (who unmounts, which helper), `comment=`.
+const LEFT_TO_MOUNT_PREFIXES: &[&str] = &["x-", "comment=", "user=", "uhelper=", "helper="];
 /// Options msfs always mounts with.
 const ALWAYS_IN_EFFECT: &[&str] = &["nosuid", "nodev", "noatime", "default_permissions"];
 
@@ -35,8 +38,9 @@ pub fn parse(options: &[String], sloppy: bool) -> Result<(MountFlags, Vec<String
             "exec" => flags.no_exec = false,
             _ if LEFT_TO_MOUNT.contains(&option)
                 || ALWAYS_IN_EFFECT.contains(&option)
-                || option.starts_with("x-")
-                || option.starts_with("comment=") => {}
+                || LEFT_TO_MOUNT_PREFIXES
+                    .iter()
+                    .any(|prefix| option.starts_with(prefix)) => {}
             _ if sloppy => ignored.push(option.to_string()),
             _ => return Err(refusal(option)),
         }
@@ -90,7 +94,8 @@ mod tests {
     #[test]
     fn fstab_and_systemd_options_are_left_to_them() {
         let list = "defaults,_netdev,nofail,noauto,auto,user,users,nouser,owner,group,\
-                    x-systemd.automount,x-systemd.idle-timeout=60,comment=x,nosuid,nodev,noatime";
+                    x-systemd.automount,x-systemd.idle-timeout=60,comment=x,nosuid,nodev,noatime,\
+                    user=alice,uhelper=udisks2,helper=msfs";
         let (flags, ignored) = parse(&options(list), false).expect("valid");
         assert_eq!(flags, MountFlags::default());
         assert!(ignored.is_empty());

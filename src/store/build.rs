@@ -163,17 +163,15 @@ async fn open_s3(
     ))
 }
 
-/// How long a request may take to connect, and (for AIStore, its `timeout`) to start
-/// answering, and how long an answer may pause, before it is abandoned and retried.
+/// How long a request may take to connect, and how long its answer may keep it waiting for a
+/// byte (the first or the next; an AIStore backend's `timeout`), before it is abandoned and
+/// retried. Not a limit on a whole answer: a large body streams as long as bytes come.
 fn timeouts(s3: &S3Config) -> TimeoutConfig {
-    let builder = TimeoutConfig::builder().connect_timeout(CONNECT_TIMEOUT);
-    match &s3.aistore {
-        Some(aistore) => builder
-            .operation_attempt_timeout(aistore.timeout)
-            .read_timeout(aistore.timeout)
-            .build(),
-        None => builder.read_timeout(READ_TIMEOUT).build(),
-    }
+    let read = s3.aistore.as_ref().map_or(READ_TIMEOUT, |a| a.timeout);
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .read_timeout(read)
+        .build()
 }
 
 /// Who signs a store's requests, as far as the configuration tells: stores of one bucket with

@@ -116,6 +116,7 @@ pub const UNITS: &[(&str, &str)] = &[
     (FUSE_REQUESTS_STALLED, ""),
     (FUSE_ERRORS, ""),
     (FUSE_TAKEOVERS, ""),
+    (FUSE_PASSTHROUGH_OPENS, ""),
     (FUSE_INODES_EVICTED, ""),
     (FUSE_INODES, ""),
     (MOUNTED_BACKENDS, ""),

@@ -374,7 +374,7 @@ if stop_msfs; then check OK "umount: msfs committed and exited cleanly"; else
     check FAIL "umount: msfs did not exit cleanly (log $work/msfs-1.log)"
     tail -20 "$work/msfs-1.log"
 fi
-# README: the upload journal goes at a clean exit unless an upload is still open. Reported, not
+# docs/semantics.md: the upload journal goes at a clean exit unless an upload is still open. Reported, not
 # checked: the bucket listing below is what decides.
 if grep -q "leaving a directory with work left" "$work/msfs-1.log"; then
     log "note: msfs kept its upload journal at a clean exit ($(find "$work/cache" -path '*msfs-uploads-*' -type f | wc -l) files); see $work/msfs-1.log"

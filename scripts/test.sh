@@ -17,7 +17,7 @@ else
     cargo test --locked --no-fail-fast
 fi
 # The soak (tests/soak.rs, ignored in the runs above), bounded to a minute of load per test here;
-# the README gives the full 10-minute run. Then, alone (so that its stalls are its own), the soak
+# docs/testing.md gives the full 10-minute run. Then, alone (so that its stalls are its own), the soak
 # that SIGKILLs the CSI plugin every 20 s, at its full 3 minutes (about 4 minutes in all).
 KILL_SOAK=csi_volumes_survive_a_kill_every_20_seconds
 if cargo nextest --version >/dev/null 2>&1; then

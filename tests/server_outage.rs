@@ -4,7 +4,7 @@
 //! reports that the data is not in the store (EIO), every call returns, and once the server is
 //! back every acknowledged byte lands, with no multipart upload left open.
 //!
-//! What fsync promises (see `WriteEngine::fsync` and the README's "Writes"): a background
+//! What fsync promises (see `WriteEngine::fsync` and docs/semantics.md): a background
 //! commit failure not yet reported is reported once, as EIO, by the next fsync, which also makes
 //! a commit attempt of its own and fails with it if that fails. So while the store is away every
 //! fsync is EIO: each fails with its own attempt, whether or not it also reports a background

@@ -17,8 +17,8 @@ pub(super) const FUSE_WRITEBACK_CACHE: bool = false;
 pub(super) const FUSE_PASSTHROUGH: bool = false;
 /// FUSE over io_uring is off unless asked for (ours): the kernel (6.18) neither resends a
 /// request it delivered through a ring nor lets a server withdraw its ring entries, so a
-/// restart or upgrade of msfs can leave a request in flight unanswered (README, "FUSE over
-/// io_uring").
+/// restart or upgrade of msfs can leave a request in flight unanswered (docs/configuration.md,
+/// `fuse_io_uring`).
 pub(super) const FUSE_IO_URING: bool = false;
 /// How long a queue's thread polls for the next request before it sleeps (ours).
 pub(super) const FUSE_IO_URING_POLL_US: u64 = 50;
@@ -26,7 +26,7 @@ pub(super) const ENTRY_ATTR_TTL_MS: u64 = 10_000;
 pub(super) const EVICTABLE_INODE_TTL_MS: u64 = 1_000_000;
 pub(super) const TTL_CHECK_INTERVAL_MS: u64 = 250;
 /// Inodes a mount keeps for the kernel before it asks the kernel to drop idle files' (ours):
-/// about 100 MiB of msfs's memory, and as much again of the kernel's (see README, Configuration).
+/// about 100 MiB of msfs's memory, and as much again of the kernel's (see docs/configuration.md).
 pub(super) const EVICTABLE_INODE_LIMIT: u64 = 262_144;
 pub(super) const CACHE_LINE_SIZE: u64 = 10_485_760;
 pub(super) const CACHE_LINES: u64 = 128;

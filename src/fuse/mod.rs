@@ -163,7 +163,7 @@ impl FuseAdapter {
     }
 
     /// Asks the kernel for its writeback cache in INIT (when it offers one). What that changes
-    /// is in the README's "Writeback cache" section: writes are merged into `max_write`-sized
+    /// is in docs/semantics.md and docs/configuration.md (`fuse_writeback_cache`): writes are merged into `max_write`-sized
     /// requests and sent when the kernel writes its dirty pages back (at the latest before the
     /// FLUSH of a close and before an FSYNC, so commits see every byte), and the kernel owns
     /// a cached file's size and mtime. Nothing in `Fs` depends on it: reads on a write-only

@@ -6,7 +6,7 @@
 //! already in the name is appended (`s` → `_seconds`, `By` → `_bytes`), and counters get
 //! `_total`. So `msfs.backend.latency` (unit `s`) is `msfs_backend_latency_seconds` and
 //! `msfs.cache.hits` is `msfs_cache_hits_total`. [`UNITS`] lists the unit of every name that
-//! has one; the README's "Metrics" section is the reference.
+//! has one; docs/operations.md's "Metrics" section is the reference.
 
 // Line cache (read from the cache's own counters at collection time).
 pub const CACHE_HITS: &str = "msfs.cache.hits";

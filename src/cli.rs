@@ -181,6 +181,11 @@ pub struct CsiArgs {
     /// nothing and keeps no state; the node's options are ignored.
     #[arg(long)]
     pub controller: bool,
+    /// For the node plugin of a deployment that also runs `msfs csi --controller`: report the
+    /// controller service in GetPluginCapabilities, as the controller does (this process
+    /// still provisions nothing).
+    #[arg(long, conflicts_with = "controller")]
+    pub with_controller: bool,
     /// The CSI driver name; the CSIDriver object and the registrar's path must use the same.
     #[arg(long, env = "CSI_DRIVER_NAME", default_value = crate::csi::DEFAULT_DRIVER_NAME)]
     pub driver_name: String,

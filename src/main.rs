@@ -221,6 +221,7 @@ fn csi(args: CsiArgs) -> Result<(), String> {
         kubelet_dir: args.kubelet_dir,
         max_volumes: args.max_volumes,
         fd_holder_socket: args.fd_holder_socket,
+        with_controller: args.with_controller,
         config,
     })
 }

@@ -11,8 +11,9 @@ use super::proto::{
 
 pub struct IdentityService {
     pub driver_name: String,
-    /// Serving the provisioning controller (`msfs csi --controller`) rather than a node.
-    pub controller: bool,
+    /// Report CONTROLLER_SERVICE: this is the provisioning controller, or a node plugin of a
+    /// deployment that runs one (instances of a plugin answer alike).
+    pub controller_service: bool,
 }
 
 /// A CSI driver name: `^[a-zA-Z][A-Za-z0-9-._]{0,61}[a-zA-Z]$` (at most 63 characters, DNS-like).
@@ -51,9 +52,9 @@ impl Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // A node plugin has a capabilities-only controller: no CONTROLLER_SERVICE, so the CO
-        // never expects provisioning or attach from it. The controller provisions.
-        let capabilities = if self.controller {
+        // A node plugin alone has a capabilities-only controller: no CONTROLLER_SERVICE, so
+        // the CO never expects provisioning or attach from it.
+        let capabilities = if self.controller_service {
             vec![PluginCapability {
                 r#type: Some(CapabilityType::Service(Service {
                     r#type: Type::ControllerService as i32,

@@ -69,6 +69,9 @@ pub struct CsiOptions {
     pub max_volumes: usize,
     /// An fd holder keeping every volume's FUSE connection across restarts (`None`: none).
     pub fd_holder_socket: Option<PathBuf>,
+    /// A provisioning controller (`msfs csi --controller`) serves the same driver: the node
+    /// reports CONTROLLER_SERVICE as it does.
+    pub with_controller: bool,
     /// Node-wide settings (cache, write engine, telemetry); its backends are ignored.
     pub config: Config,
 }
@@ -245,7 +248,7 @@ pub fn run_controller(endpoint: &str, driver_name: &str) -> Result<(), String> {
         let listener = bind_socket(&socket)?;
         let identity = identity::IdentityService {
             driver_name: driver_name.to_string(),
-            controller: true,
+            controller_service: true,
         };
         let stop = async move {
             tokio::select! {
@@ -432,7 +435,7 @@ async fn serve(
     let listener = bind_socket(&socket)?;
     let identity = identity::IdentityService {
         driver_name: options.driver_name.clone(),
-        controller: false,
+        controller_service: options.with_controller,
     };
     let node = node::NodeService {
         node_id: options.node_id.clone(),

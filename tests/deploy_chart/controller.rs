@@ -83,11 +83,11 @@ pub fn problems(
     let controllers = deployments(docs);
     if let Some(args) = node_args {
         let with = args.iter().any(|a| a == "--with-controller");
-        if with != !controllers.is_empty() {
+        let deployed = !controllers.is_empty();
+        if with != deployed {
             problems.push(format!(
                 "{origin}: the node plugin's --with-controller ({with}) must match whether a \
-                 controller is deployed ({})",
-                !controllers.is_empty()
+                 controller is deployed ({deployed})"
             ));
         }
     }

@@ -171,9 +171,21 @@ pub struct CsiArgs {
     /// created; a stale socket from a previous run is replaced.
     #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
     pub endpoint: String,
-    /// This node's id, reported by NodeGetInfo (usually the Kubernetes node name).
-    #[arg(long, env = "KUBE_NODE_NAME")]
-    pub node_id: String,
+    /// This node's id, reported by NodeGetInfo (usually the Kubernetes node name). Required
+    /// unless --controller.
+    #[arg(long, env = "KUBE_NODE_NAME", required_unless_present = "controller")]
+    pub node_id: Option<String>,
+    /// Serve the provisioning controller instead of the node plugin: CSI Identity and
+    /// Controller (CreateVolume gives each claim its own prefix of the StorageClass's bucket,
+    /// DeleteVolume empties it), for the csi-provisioner sidecar of a Deployment. It mounts
+    /// nothing and keeps no state; the node's options are ignored.
+    #[arg(long)]
+    pub controller: bool,
+    /// For the node plugin of a deployment that also runs `msfs csi --controller`: report the
+    /// controller service in GetPluginCapabilities, as the controller does (this process
+    /// still provisions nothing).
+    #[arg(long, conflicts_with = "controller")]
+    pub with_controller: bool,
     /// The CSI driver name; the CSIDriver object and the registrar's path must use the same.
     #[arg(long, env = "CSI_DRIVER_NAME", default_value = crate::csi::DEFAULT_DRIVER_NAME)]
     pub driver_name: String,

@@ -197,6 +197,9 @@ fn generate_manifest(args: GenerateManifestArgs) -> Result<(), String> {
 }
 
 fn csi(args: CsiArgs) -> Result<(), String> {
+    if args.controller {
+        return msfs::csi::run_controller(&args.endpoint, &args.driver_name);
+    }
     let config = match args.config {
         Some(path) => load_config(Some(path))?,
         None => {
@@ -211,13 +214,14 @@ fn csi(args: CsiArgs) -> Result<(), String> {
     };
     msfs::csi::run(msfs::csi::CsiOptions {
         endpoint: args.endpoint,
-        node_id: args.node_id,
+        node_id: args.node_id.unwrap_or_default(),
         driver_name: args.driver_name,
         state_dir: args.state_dir,
         metrics_address: args.metrics_address,
         kubelet_dir: args.kubelet_dir,
         max_volumes: args.max_volumes,
         fd_holder_socket: args.fd_holder_socket,
+        with_controller: args.with_controller,
         config,
     })
 }

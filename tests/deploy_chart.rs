@@ -16,13 +16,15 @@
 //!
 //! The helpers live in `deploy_chart/`: [`tools`] runs the tools, [`scenarios`] holds the
 //! values the chart is rendered with, [`yaml`] and [`node_pod`] read the manifests back,
-//! [`wiring`] checks what a schema cannot, [`csi_source`] and [`examples`] check the volumes
-//! users write, [`chart_values`] what each value must produce, and [`dockerfile`] the image.
+//! [`wiring`] checks what a schema cannot (and [`controller`] for the provisioning controller),
+//! [`csi_source`] and [`examples`] check the volumes users write, [`chart_values`] what each value must produce, and [`dockerfile`] the image.
 
 // A crate root resolves `mod name;` beside itself (tests/name.rs), so the helpers in
 // tests/deploy_chart/ are named by path.
 #[path = "deploy_chart/chart_values.rs"]
 mod chart_values;
+#[path = "deploy_chart/controller.rs"]
+mod controller;
 #[path = "deploy_chart/csi_source.rs"]
 mod csi_source;
 #[path = "deploy_chart/dockerfile.rs"]
@@ -223,6 +225,7 @@ fn node_configs_are_ones_msfs_accepts_without_warnings() {
 fn deploy_manifests_and_examples_are_valid_against_the_kubernetes_api() {
     let deploy = repo().join("deploy");
     let mut files = manifest_files(&deploy);
+    files.extend(manifest_files(&deploy.join("controller")));
     files.extend(manifest_files(&deploy.join("examples")));
     assert!(
         files.len() >= 10,
@@ -272,6 +275,100 @@ fn kustomization_lists_every_deploy_manifest() {
             .any(|i| str_at(i, "name") == Some(image_name)),
         "deploy/kustomization.yaml images should name the plugin image {image_name} so it can be retagged"
     );
+}
+
+/// The controller's Deployment, RBAC and StorageClasses, in every render and in
+/// deploy/controller/ (with the examples' StorageClasses): wired right, present exactly when
+/// asked for, the node plugin told about it.
+#[test]
+fn the_controller_is_wired_right_in_every_render_and_in_deploy() {
+    let mut problems = Vec::new();
+    for scenario in SCENARIOS {
+        let docs = scenario.docs();
+        let origin = format!("chart with {}", scenario.describe());
+        let driver = name(only(&docs, "CSIDriver", &origin)).to_string();
+        let node = NodePod::in_docs(&docs, &origin);
+        problems.extend(controller::problems(
+            &docs,
+            &driver,
+            Some(&node.plugin.args),
+            &origin,
+        ));
+        let wanted = scenario.sets.contains(&"controller.enabled=true");
+        if controller::deployments(&docs).len() != usize::from(wanted) {
+            problems.push(format!(
+                "{origin}: a controller Deployment only with controller.enabled"
+            ));
+        }
+    }
+    let deploy = repo().join("deploy");
+    let mut docs = Vec::new();
+    for file in manifest_files(&deploy.join("controller"))
+        .into_iter()
+        .chain(manifest_files(&deploy.join("examples")))
+    {
+        docs.extend(parse_docs(
+            &read_repo(
+                &file
+                    .strip_prefix(repo())
+                    .expect("in repo")
+                    .display()
+                    .to_string(),
+            ),
+            "deploy/",
+        ));
+    }
+    let driver = name(only(&deploy_docs(), "CSIDriver", "deploy/")).to_string();
+    problems.extend(controller::problems(
+        &docs,
+        &driver,
+        None,
+        "deploy/controller/",
+    ));
+    if controller::deployments(&docs).len() != 1 {
+        problems.push("deploy/controller/ has no controller Deployment".into());
+    }
+    if !of_kind(&docs, "StorageClass")
+        .iter()
+        .any(|c| str_at(c, "provisioner") == Some(driver.as_str()))
+    {
+        problems.push("deploy/examples/ has no StorageClass of the driver".into());
+    }
+    let kustomization: Value =
+        serde_yaml_ng::from_str(&read_repo("deploy/controller/kustomization.yaml")).expect("YAML");
+    let listed: BTreeSet<String> = scalars(&kustomization, "resources").into_iter().collect();
+    let present: BTreeSet<String> = manifest_files(&deploy.join("controller"))
+        .iter()
+        .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+        .collect();
+    if listed != present {
+        problems.push(format!(
+            "deploy/controller/kustomization.yaml lists {listed:?}, the directory holds {present:?}"
+        ));
+    }
+    // The controller's command line parses in the real binary (clap refuses an unknown flag
+    // before it reaches --help).
+    let controller_docs = Scenario::named("controller").docs();
+    for (origin, docs) in [
+        ("chart controller", &controller_docs),
+        ("deploy/controller/", &docs),
+    ] {
+        for deployment in controller::deployments(docs) {
+            let msfs_container = controller::container(deployment, "msfs").expect("msfs container");
+            let mut args = scalars(msfs_container, "args");
+            args.push("--help".into());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = msfs(&args, &[]);
+            if !out.status.success() {
+                problems.push(format!(
+                    "{origin}: `msfs {}` is refused:\n{}",
+                    args.join(" "),
+                    text(&out)
+                ));
+            }
+        }
+    }
+    assert_no_problems(&problems);
 }
 
 #[test]

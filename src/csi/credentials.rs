@@ -269,7 +269,7 @@ pub(super) fn check_role_arn(arn: &str) -> Result<(), String> {
 }
 
 /// The keys of a `nodePublishSecretRef` Secret.
-fn secret_keys(secrets: &HashMap<String, String>) -> Result<StaticKeys, CsiError> {
+pub(super) fn secret_keys(secrets: &HashMap<String, String>) -> Result<StaticKeys, CsiError> {
     let pick = |names: &[&str]| {
         names
             .iter()

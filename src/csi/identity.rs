@@ -3,13 +3,17 @@
 use tonic::{Request, Response, Status};
 
 use super::proto::identity_server::Identity;
+use super::proto::plugin_capability::{Service, Type as CapabilityType, service::Type};
 use super::proto::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
-    GetPluginInfoResponse, ProbeRequest, ProbeResponse,
+    GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
 };
 
 pub struct IdentityService {
     pub driver_name: String,
+    /// Report CONTROLLER_SERVICE: this is the provisioning controller, or a node plugin of a
+    /// deployment that runs one (instances of a plugin answer alike).
+    pub controller_service: bool,
 }
 
 /// A CSI driver name: `^[a-zA-Z][A-Za-z0-9-._]{0,61}[a-zA-Z]$` (at most 63 characters, DNS-like).
@@ -48,10 +52,19 @@ impl Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // A node plugin with a capabilities-only controller: no CONTROLLER_SERVICE, so the CO
-        // never expects provisioning or attach from it.
+        // A node plugin alone has a capabilities-only controller: no CONTROLLER_SERVICE, so
+        // the CO never expects provisioning or attach from it.
+        let capabilities = if self.controller_service {
+            vec![PluginCapability {
+                r#type: Some(CapabilityType::Service(Service {
+                    r#type: Type::ControllerService as i32,
+                })),
+            }]
+        } else {
+            Vec::new()
+        };
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: Vec::new(),
+            capabilities,
         }))
     }
 

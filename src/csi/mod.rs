@@ -1,5 +1,6 @@
 //! The Kubernetes CSI node plugin (`msfs csi`): Identity, Node and a capabilities-only
-//! Controller on a unix socket.
+//! Controller on a unix socket; and the provisioning controller (`msfs csi --controller`):
+//! Identity and a Controller that creates and deletes volumes (see [`run_controller`]).
 //!
 //! One process serves every msfs volume of its node. `NodePublishVolume` turns a volume's
 //! attributes, secrets and pod identity into validated backends and starts one in-process FUSE
@@ -10,6 +11,8 @@ pub(crate) mod attributes;
 
 /// The volume attributes the plugin accepts (per backend, and per volume).
 pub use attributes::{BACKEND_KEYS as BACKEND_ATTRIBUTES, VOLUME_KEYS as VOLUME_ATTRIBUTES};
+/// The StorageClass parameters `msfs csi --controller` accepts.
+pub use parameters::STORAGE_CLASS_KEYS as STORAGE_CLASS_PARAMETERS;
 mod controller;
 mod credentials;
 mod error;
@@ -19,11 +22,15 @@ mod identity;
 mod locks;
 mod mounts;
 mod node;
+mod parameters;
 pub mod proto;
+mod provisioner;
 mod request;
 mod service_account;
 mod state;
 mod takeover;
+mod volume_id;
+mod volume_store;
 mod volumes;
 
 use std::path::{Path, PathBuf};
@@ -62,6 +69,9 @@ pub struct CsiOptions {
     pub max_volumes: usize,
     /// An fd holder keeping every volume's FUSE connection across restarts (`None`: none).
     pub fd_holder_socket: Option<PathBuf>,
+    /// A provisioning controller (`msfs csi --controller`) serves the same driver: the node
+    /// reports CONTROLLER_SERVICE as it does.
+    pub with_controller: bool,
     /// Node-wide settings (cache, write engine, telemetry); its backends are ignored.
     pub config: Config,
 }
@@ -215,6 +225,49 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
         crate::daemon::leave_to_successor(runtime, &engines, serving);
     }
     Ok(())
+}
+
+/// Runs the provisioning controller until SIGTERM or SIGINT: Identity and Controller on
+/// `endpoint`, for the csi-provisioner sidecar of a controller Deployment. It keeps no state
+/// (see `provisioner`), so replicas need no coordination beyond the sidecar's leader election.
+pub fn run_controller(endpoint: &str, driver_name: &str) -> Result<(), String> {
+    check_driver_name(driver_name)?;
+    let socket = socket_path(endpoint)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("msfs-csi-controller")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async {
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return Err("cannot install signal handlers".to_string());
+        };
+        let listener = bind_socket(&socket)?;
+        let identity = identity::IdentityService {
+            driver_name: driver_name.to_string(),
+            controller_service: true,
+        };
+        let stop = async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+                _ = int.recv() => tracing::info!("SIGINT: stopping"),
+            }
+        };
+        tracing::info!(socket = %socket.display(), driver = %driver_name,
+            "CSI controller serving");
+        let served = tonic::transport::Server::builder()
+            .add_service(proto::identity_server::IdentityServer::new(identity))
+            .add_service(proto::controller_server::ControllerServer::new(
+                provisioner::ProvisionerService::new(),
+            ))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
+            .await;
+        let _ = std::fs::remove_file(&socket);
+        served.map_err(|e| format!("gRPC server: {e}"))
+    })
 }
 
 /// How long a stopping plugin watches its fd holder for a SIGTERM of its own: the kubelet
@@ -382,6 +435,7 @@ async fn serve(
     let listener = bind_socket(&socket)?;
     let identity = identity::IdentityService {
         driver_name: options.driver_name.clone(),
+        controller_service: options.with_controller,
     };
     let node = node::NodeService {
         node_id: options.node_id.clone(),

@@ -28,7 +28,14 @@ pub fn problems(driver: &str) -> Vec<String> {
         sources,
         ..
     } = survey;
-    for wanted in ["driver", "secret", "pod", "anonymous", "inline"] {
+    for wanted in [
+        "driver",
+        "secret",
+        "pod",
+        "anonymous",
+        "inline",
+        "storageclass",
+    ] {
         if !sources.contains(wanted) {
             problems.push(format!("deploy/examples/ has no example of {wanted}"));
         }
@@ -63,6 +70,16 @@ impl Survey<'_> {
         for pv in of_kind(&docs, "PersistentVolume") {
             self.persistent_volume(pv, &docs, &claims, &origin);
         }
+        let classes = self.storage_classes(&docs, &origin);
+        // A claim of one of the file's StorageClasses is an msfs volume too, bound to none of
+        // the file's PVs: the controller makes one.
+        let claims: BTreeMap<String, &Value> = claims
+            .into_iter()
+            .filter(|(_, c)| {
+                str_at(c, "spec.volumeName").is_some()
+                    || str_at(c, "spec.storageClassName").is_some_and(|n| classes.contains(n))
+            })
+            .collect();
         let pods = of_kind(&docs, "Pod");
         for pod in &pods {
             self.pod(pod, &claims, &origin);
@@ -71,6 +88,46 @@ impl Survey<'_> {
             self.problems
                 .push(format!("{origin}: no Pod shows how to use the volume"));
         }
+    }
+
+    /// The file's StorageClasses of the driver, by name: parameters the controller knows, and
+    /// the Secrets they name, when in the file, holding the keys it reads.
+    fn storage_classes(&mut self, docs: &[Value], origin: &str) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        for class in of_kind(docs, "StorageClass") {
+            if str_at(class, "provisioner") != Some(self.driver) {
+                continue;
+            }
+            names.insert(name(class).to_string());
+            self.sources.insert("storageclass".into());
+            self.problems
+                .extend(crate::controller::storage_class_problems(
+                    std::slice::from_ref(class),
+                    self.driver,
+                    origin,
+                ));
+            let parameters = at(class, "parameters");
+            for role in ["provisioner", "node-publish"] {
+                let key = format!("csi.storage.k8s.io/{role}-secret-name");
+                let Some(secret) = parameters[key.as_str()].as_str() else {
+                    continue;
+                };
+                let found = of_kind(docs, "Secret").into_iter().any(|s| {
+                    let keys = at(s, "stringData");
+                    name(s) == secret
+                        && !keys["access_key_id"].is_null()
+                        && !keys["secret_access_key"].is_null()
+                });
+                if !found {
+                    self.problems.push(format!(
+                        "{origin}: StorageClass {} names {role} Secret {secret}, not in the file \
+                         with access_key_id and secret_access_key",
+                        name(class)
+                    ));
+                }
+            }
+        }
+        names
     }
 
     /// A PV: its source, its Secret's keys, its claim in the same file.

@@ -42,7 +42,8 @@ impl<'a> Container<'a> {
         let mut iter = self.args.iter().skip(1);
         while let Some(arg) = iter.next() {
             if arg.starts_with("--") {
-                if !arg.contains('=') {
+                // `--flag value`, except for the plugin's switches, which take none.
+                if !arg.contains('=') && arg != "--with-controller" {
                     iter.next();
                 }
             } else {

@@ -68,6 +68,19 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "controller",
+        sets: &[
+            "controller.enabled=true",
+            "storageClass.enabled=true",
+            "storageClass.bucketName=shared",
+            "storageClass.prefix=claims/",
+            "storageClass.endpoint=http://minio.minio.svc:9000",
+            "storageClass.authenticationSource=secret",
+            "storageClass.secretName=minio-keys",
+            "storageClass.keepDataOnDelete=true",
+        ],
+    },
+    Scenario {
         name: "example-pv-driver",
         sets: &[
             "examplePV.enabled=true",
@@ -187,6 +200,17 @@ pub const SCENARIOS: &[Scenario] = &[
 
 /// Values the chart must refuse, each with a word its refusal must name.
 pub const REFUSED_VALUES: &[(&[&str], &str)] = &[
+    (
+        &["storageClass.enabled=true", "storageClass.bucketName=b"],
+        "controller.enabled",
+    ),
+    (
+        &["controller.enabled=true", "storageClass.enabled=true"],
+        "bucketName",
+    ),
+    (&["storageClass.prefix=claims"], "prefix"),
+    (&["storageClass.reclaimPolicy=Recycle"], "reclaimPolicy"),
+    (&["controller.replicas=0"], "replicas"),
     (&["nodeConfig.cacheStorage=disk"], "cacheStorage"),
     (&["nodeConfig.cacheLines=8"], "cacheLines"),
     (

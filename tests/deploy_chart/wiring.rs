@@ -526,7 +526,14 @@ fn identity_and_permissions(docs: &[Value], pod: &NodePod, out: &mut Findings) {
             "the DaemonSet's ServiceAccount {account:?} is not among the manifests"
         ));
     }
-    for binding in of_kind(docs, "ClusterRoleBinding") {
+    // The provisioning controller's own are checked by `controller`.
+    let node_side = |doc: &&Value| {
+        at(doc, "metadata.labels")["app.kubernetes.io/component"].as_str() != Some("controller")
+    };
+    for binding in of_kind(docs, "ClusterRoleBinding")
+        .into_iter()
+        .filter(node_side)
+    {
         let bound = seq(binding, "subjects").iter().any(|s| {
             str_at(s, "name") == Some(account) && str_at(s, "namespace") == Some(namespace)
         });
@@ -541,7 +548,7 @@ fn identity_and_permissions(docs: &[Value], pod: &NodePod, out: &mut Findings) {
         "- apiGroups: ['']\n  resources: [serviceaccounts]\n  verbs: [get]\n",
     )
     .expect("expected rules");
-    for role in of_kind(docs, "ClusterRole") {
+    for role in of_kind(docs, "ClusterRole").into_iter().filter(node_side) {
         if *at(role, "rules") != expected {
             out.problem(format!(
                 "ClusterRole {} grants more or other than get serviceaccounts:\n{}",

@@ -11,6 +11,14 @@
 {{- printf "%s-node" (include "msfs.fullname" .) -}}
 {{- end -}}
 
+{{- define "msfs.controllerName" -}}
+{{- printf "%s-controller" (include "msfs.fullname" .) -}}
+{{- end -}}
+
+{{- define "msfs.controllerServiceAccountName" -}}
+{{- default (include "msfs.controllerName" .) .Values.controller.serviceAccount.name -}}
+{{- end -}}
+
 {{- define "msfs.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "msfs.nodeName" .) .Values.serviceAccount.name -}}

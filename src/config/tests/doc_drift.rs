@@ -230,6 +230,13 @@ fn the_configuration_doc_describes_exactly_the_keys_the_parser_takes() {
     let mut expected = parser_sections();
     expected.insert("csi.volumeAttributes".into(), attribute_keys());
     expected.insert("chart.values".into(), chart_value_keys());
+    expected.insert(
+        "csi.storageClassParameters".into(),
+        crate::csi::STORAGE_CLASS_PARAMETERS
+            .iter()
+            .map(|k| k.to_string())
+            .collect(),
+    );
     let documented = documented();
     let mut problems = Vec::new();
     for (section, keys) in &documented {

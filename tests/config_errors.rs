@@ -139,7 +139,7 @@ fn check_config_warns_of_each_key_without_effect() {
     std::fs::write(
         &path,
         format!(
-            "msfs_version: 1\nvirtual_dir_ttl: 2000000\nprocess_memory_limit: 1000000\n\
+            "msfs_version: 1\nvirtual_dir_ttl: 2000000\nvirtual_file_ttl: 1000000\n\
              backends:\n  - dir_name: a\n{S3}    S3: {{region: r}}\n"
         ),
     )
@@ -156,7 +156,7 @@ fn check_config_warns_of_each_key_without_effect() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for key in ["virtual_dir_ttl", "process_memory_limit"] {
+    for key in ["virtual_dir_ttl", "virtual_file_ttl"] {
         assert!(
             stdout.contains(&format!(
                 "{key}: accepted for compatibility, without effect in msfs: "

@@ -8,6 +8,9 @@ use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 const V1_ROOT: &str = "/sys/fs/cgroup/memory";
 const V2_ROOT: &str = "/sys/fs/cgroup";
@@ -90,6 +93,46 @@ impl MemoryCgroup {
         self.read(file).trim().parse().unwrap_or(0)
     }
 
+    /// Anonymous memory charged to the cgroup now (heap, stacks, a RAM cache), without the
+    /// page cache the kernel reclaims on its own.
+    pub fn anon(&self) -> u64 {
+        let key = match self.version {
+            Version::V1 => "rss ",
+            Version::V2 => "anon ",
+        };
+        self.read("memory.stat")
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Samples [`MemoryCgroup::anon`] every 50 ms until the sampler is stopped: the cgroup
+    /// keeps no peak of it.
+    pub fn sample_anon(&self) -> AnonSampler {
+        let stat = self.dir.join("memory.stat");
+        let key = match self.version {
+            Version::V1 => "rss ",
+            Version::V2 => "anon ",
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stopped.load(Ordering::Relaxed) {
+                let anon = std::fs::read_to_string(&stat)
+                    .unwrap_or_default()
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key).and_then(|n| n.trim().parse().ok()))
+                    .unwrap_or(0);
+                peak = peak.max(anon);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak
+        });
+        AnonSampler { stop, thread }
+    }
+
     /// Processes the OOM killer killed in the cgroup.
     pub fn oom_kills(&self) -> u64 {
         let (file, key) = match self.version {
@@ -118,6 +161,20 @@ impl MemoryCgroup {
 
     pub fn version(&self) -> Version {
         self.version
+    }
+}
+
+/// See [`MemoryCgroup::sample_anon`].
+pub struct AnonSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl AnonSampler {
+    /// The most anonymous memory seen, in bytes.
+    pub fn peak(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
     }
 }
 

@@ -150,15 +150,15 @@ impl MemoryStatsSource for ProcessMemory {
             CacheStorage::MappedFile | CacheStorage::PerInodeFile => 0,
         };
         let inodes = self.metrics.fuse_inode_count();
-        let pool = &self.memory.inodes;
         MemoryStats {
             target: self.memory.target.bytes,
             cache: ram_lines.saturating_mul(cache.line_size),
             write_buffers: self.writes.buffered_bytes(),
             inodes: inodes.saturating_mul(crate::memory::INODE_BYTES),
             resident: crate::memory::resident_bytes(),
-            inode_limit_per_mount: (pool.total() / pool.mounts().max(1)) as u64,
+            inode_limit_per_mount: self.memory.inodes.share() as u64,
             waits: self.writes.buffer_waits(),
+            over_target: self.memory.over_target.count(),
         }
     }
 }

@@ -2,15 +2,19 @@
 //! from one process, and a bound per mount multiplies with them: each mount's limit is the
 //! process's pool shared among the mounts alive now (and never more than its own configured
 //! `evictable_inode_limit`), so it shrinks as volumes are published and grows back as they go.
+//! While the process is over its memory target ([`super::pressure`]) every share is halved:
+//! idle and least recently used entries are dropped first, before anything has to wait.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The process's inodes: `total` shared among the mounts that joined.
 #[derive(Debug)]
 pub struct InodePool {
     total: usize,
     mounts: AtomicUsize,
+    /// The process is over its memory target: shares are halved.
+    pressed: AtomicBool,
 }
 
 impl InodePool {
@@ -18,6 +22,7 @@ impl InodePool {
         Arc::new(InodePool {
             total,
             mounts: AtomicUsize::new(0),
+            pressed: AtomicBool::new(false),
         })
     }
 
@@ -38,6 +43,20 @@ impl InodePool {
 
     pub fn total(&self) -> usize {
         self.total
+    }
+
+    /// Each mount's share now: the pool over the mounts, halved under pressure.
+    pub fn share(&self) -> usize {
+        let share = self.total / self.mounts().max(1);
+        match self.pressed.load(Ordering::Relaxed) {
+            true => share / 2,
+            false => share,
+        }
+    }
+
+    /// Halves every share while `pressed`.
+    pub fn set_pressed(&self, pressed: bool) {
+        self.pressed.store(pressed, Ordering::Relaxed);
     }
 }
 
@@ -64,9 +83,7 @@ impl InodeLimit {
     }
 
     pub fn get(&self) -> usize {
-        let pool = &self.0.pool;
-        let share = pool.total / pool.mounts.load(Ordering::Relaxed).max(1);
-        share.min(self.0.per_mount)
+        self.0.pool.share().min(self.0.per_mount)
     }
 }
 
@@ -89,6 +106,17 @@ mod tests {
         drop(b_again);
         assert_eq!(a.get(), 50_000);
         assert_eq!(pool.mounts(), 2);
+    }
+
+    #[test]
+    fn pressure_halves_every_share_until_it_ends() {
+        let pool = InodePool::new(100_000);
+        let a = pool.join(usize::MAX);
+        let _b = pool.join(usize::MAX);
+        pool.set_pressed(true);
+        assert_eq!(a.get(), 25_000);
+        pool.set_pressed(false);
+        assert_eq!(a.get(), 50_000);
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! machine's memory, which other processes share. At start it is divided ([`plan`]): the RAM
 //! cache is sized down to fit, write buffers are capped, and the inodes of every mount draw
 //! from one pool ([`inodes`]). Past the start, the write buffers make commits wait for room
-//! and the inode pool makes mounts drop idle entries and list bare names, instead of growing.
+//! and the inode pool makes mounts drop idle entries and list bare names, instead of growing;
+//! over the target anyway, the shares are halved until it is met again ([`pressure`]).
 
 pub mod cgroup;
 pub mod inodes;
 pub mod plan;
+pub mod pressure;
 
 use std::path::Path;
 
@@ -121,6 +123,8 @@ pub struct Memory {
     pub target: Target,
     pub plan: Plan,
     pub inodes: Arc<InodePool>,
+    /// Times the process went over its target (see [`pressure`]).
+    pub over_target: Arc<pressure::Episodes>,
 }
 
 impl Memory {
@@ -146,6 +150,11 @@ impl Memory {
         for warning in &memory.plan.warnings {
             tracing::warn!("{warning}");
         }
+        pressure::watch(
+            target.bytes,
+            memory.inodes.clone(),
+            memory.over_target.clone(),
+        );
         memory
     }
 
@@ -155,6 +164,7 @@ impl Memory {
             inodes: InodePool::new(plan.inodes),
             target,
             plan,
+            over_target: Arc::default(),
         }
     }
 
@@ -182,6 +192,7 @@ impl Memory {
                 warnings: Vec::new(),
             },
             inodes: InodePool::new(usize::MAX),
+            over_target: Arc::default(),
         }
     }
 }

@@ -217,6 +217,8 @@ pub struct MemoryStats {
     pub inode_limit_per_mount: u64,
     /// Times new work waited for memory (a count, since start).
     pub waits: u64,
+    /// Times the process went over its target (a count, since start).
+    pub over_target: u64,
 }
 
 /// The `msfs.memory.*` instruments over `source`.
@@ -264,6 +266,16 @@ pub(crate) fn observe_memory(
             .with_callback(move |observer| {
                 observer.observe(read.memory_stats().inode_limit_per_mount, &[])
             })
+            .build(),
+    ));
+    let read = source.clone();
+    kept.push(Box::new(
+        meter
+            .u64_observable_counter(names::MEMORY_OVER_TARGET)
+            .with_description(
+                "Times the process went over its memory target (inode shares halved until back)",
+            )
+            .with_callback(move |observer| observer.observe(read.memory_stats().over_target, &[]))
             .build(),
     ));
     kept.push(Box::new(

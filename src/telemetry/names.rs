@@ -82,6 +82,8 @@ pub const MEMORY_IN_USE: &str = "msfs.memory.in_use";
 pub const MEMORY_INODE_LIMIT_PER_MOUNT: &str = "msfs.memory.inode_limit_per_mount";
 /// Times new work waited for memory (a commit for write-buffer room).
 pub const MEMORY_WAITS: &str = "msfs.memory.waits";
+/// Times the process's anonymous memory went over its target.
+pub const MEMORY_OVER_TARGET: &str = "msfs.memory.over_target";
 
 /// Seconds, for durations.
 pub const UNIT_SECONDS: &str = "s";
@@ -134,6 +136,7 @@ pub const UNITS: &[(&str, &str)] = &[
     (MEMORY_IN_USE, UNIT_BYTES),
     (MEMORY_INODE_LIMIT_PER_MOUNT, ""),
     (MEMORY_WAITS, ""),
+    (MEMORY_OVER_TARGET, ""),
 ];
 
 /// The unit `name` is recorded in (`""` when it has none or is unknown).

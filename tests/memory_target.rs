@@ -179,7 +179,9 @@ fn env_or(name: &str, default: usize) -> usize {
 /// The plugin is not OOM-killed; every listing is whole, every byte read is right and every
 /// file written is in the store after unpublish. Scaled for CI: 10 volumes of 20,000 entries
 /// in 256 MiB (the 50 x 200,000 in 1 GiB: `MSFS_MEMORY_VOLUMES=50
-/// MSFS_MEMORY_ENTRIES=200000 MSFS_MEMORY_CSI_LIMIT_MIB=1024`). Without the process-wide inode
+/// MSFS_MEMORY_ENTRIES=200000 MSFS_MEMORY_CSI_LIMIT_MIB=1024`, with `cargo test --test
+/// memory_target -- --nocapture a_csi_plugin`: storing 200,000 objects in garage alone takes
+/// about 17 minutes on 2 cores, past nextest's 10-minute hang bound). Without the process-wide inode
 /// pool each volume would keep up to its own `evictable_inode_limit` (65,536, as the chart
 /// sets): 10 x 20,000 inodes, about 200 MiB, on top of the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,10 +8,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::cache::{CacheError, DirectReader, LineCache, ObjectReader};
+use crate::config::CacheStorage;
 use crate::config::Config;
 use crate::manifest::registry::Manifests;
+use crate::memory::Memory;
 use crate::store::RetryBudget;
-use crate::telemetry::{Metrics, TelemetryError};
+use crate::telemetry::{CacheStatsSource, MemoryStats, MemoryStatsSource, Metrics, TelemetryError};
 use crate::write::{WriteConfig, WriteEngine, WriteError};
 
 #[derive(Clone)]
@@ -28,6 +30,9 @@ pub struct Engines {
     pub manifests: Manifests,
     /// What every store the process opens draws its retries from (see `RetryBudget`).
     pub retry_budget: Arc<RetryBudget>,
+    /// The process's memory target, as divided among the engines, and the inode pool every
+    /// mount joins (`crate::memory`).
+    pub memory: Arc<Memory>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +52,9 @@ impl Engines {
         config: &Config,
         journal_parent: Option<&Path>,
     ) -> Result<Engines, EnginesError> {
-        let cache = LineCache::new(&config.cache)?;
+        // First: the cache and write buffers are sized by the target's division.
+        let memory = Arc::new(Memory::for_config(config));
+        let cache = LineCache::new(&memory.plan.cache)?;
         let metrics = match &config.telemetry {
             // OTLP export; the registry's resource (the configured attributes) is fixed here.
             Some(telemetry) => Metrics::with_telemetry(telemetry)?,
@@ -58,12 +65,19 @@ impl Engines {
         let writes = WriteEngine::new(
             WriteConfig {
                 journal_parent: journal_parent.map(Path::to_path_buf),
+                buffer_limit: memory.plan.write_buffer_limit,
                 ..write_config(config)
             },
             reader.clone(),
             Some(cache.clone()),
             metrics.clone(),
         )?;
+        metrics.observe_memory(Arc::new(ProcessMemory {
+            memory: memory.clone(),
+            cache: cache.clone(),
+            writes: writes.clone(),
+            metrics: metrics.clone(),
+        }));
         Ok(Engines {
             reader,
             cache: Some(cache),
@@ -71,6 +85,7 @@ impl Engines {
             metrics,
             manifests: Manifests::new(),
             retry_budget: Arc::default(),
+            memory,
         })
     }
 
@@ -111,7 +126,40 @@ impl Engines {
             metrics,
             manifests: Manifests::new(),
             retry_budget: Arc::default(),
+            memory: Arc::new(Memory::unbounded()),
         })
+    }
+}
+
+/// What the `msfs_memory_*` gauges read at each collection: the target and what each holder
+/// has in use now.
+struct ProcessMemory {
+    memory: Arc<Memory>,
+    cache: Arc<LineCache>,
+    writes: WriteEngine,
+    metrics: Arc<Metrics>,
+}
+
+impl MemoryStatsSource for ProcessMemory {
+    fn memory_stats(&self) -> MemoryStats {
+        let cache = self.cache.cache_stats();
+        // Only anonymous lines are this process's memory; a file-backed cache is page cache.
+        let ram_lines = match self.memory.plan.cache.storage {
+            CacheStorage::Ram => cache.lines_resident,
+            CacheStorage::Tiered => cache.ram_lines_resident,
+            CacheStorage::MappedFile | CacheStorage::PerInodeFile => 0,
+        };
+        let inodes = self.metrics.fuse_inode_count();
+        MemoryStats {
+            target: self.memory.target.bytes,
+            cache: ram_lines.saturating_mul(cache.line_size),
+            write_buffers: self.writes.buffered_bytes(),
+            inodes: inodes.saturating_mul(crate::memory::INODE_BYTES),
+            resident: crate::memory::resident_bytes(),
+            inode_limit_per_mount: self.memory.inodes.share() as u64,
+            waits: self.writes.buffer_waits(),
+            over_target: self.memory.over_target.count(),
+        }
     }
 }
 

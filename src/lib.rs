@@ -4,7 +4,8 @@
 //! view) → `cache` (the read seam), `write` (the write engine) and `manifest` (namespace
 //! snapshots) → `store` (object stores). `config` parses the configuration once; `daemon` runs
 //! one mount and `csi` the node plugin's; `holder` keeps FUSE connections alive across them;
-//! `engines` holds what all mounts of a process share.
+//! `engines` holds what all mounts of a process share; `memory` sets the process's one memory
+//! target and divides it among them.
 
 pub mod cache;
 pub mod cli;
@@ -17,6 +18,7 @@ pub mod fuse;
 pub mod holder;
 pub mod malloc;
 pub mod manifest;
+pub mod memory;
 pub mod private_dir;
 pub mod residency;
 pub mod store;

@@ -41,6 +41,8 @@ pub(super) const MIN_WRITE_DIRTY_LIMIT_BYTES: u64 = 64 << 20;
 /// whole small bodies. At least 2 MiB, one chunk of a streamed part and its read-ahead.
 pub(super) const WRITE_BUFFER_LIMIT_BYTES: u64 = 256 << 20;
 pub(super) const MIN_WRITE_BUFFER_LIMIT_BYTES: u64 = 2 << 20;
+/// Below this a process cannot hold its runtime, one cache line and a listing page.
+pub(super) const MIN_PROCESS_MEMORY_LIMIT: u64 = 64 << 20;
 pub(super) const AUTO_SIGHUP_INTERVAL_SECS: u64 = 0;
 /// A FUSE request unanswered this long is logged and counted (ours; 0 turns it off). Long
 /// enough that a slow store under load never trips it, short enough to be seen in minutes.

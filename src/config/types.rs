@@ -62,6 +62,9 @@ pub struct Config {
     pub write_dirty_limit_bytes: u64,
     /// Bytes commits in flight may hold in memory, process-wide (ours).
     pub write_buffer_limit_bytes: u64,
+    /// The memory the whole process aims to stay under, in bytes; `None`: derived at start from
+    /// the process's memory cgroup, else the machine (`crate::memory`).
+    pub process_memory_limit: Option<u64>,
     /// Reload the config file this often, as if sent SIGHUP; `None` disables it.
     pub auto_sighup_interval: Option<Duration>,
     /// A FUSE request unanswered this long is logged at `warn` and counted; `None` disables

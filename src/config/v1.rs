@@ -92,6 +92,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         write_commit_workers: d::WRITE_COMMIT_WORKERS,
         write_dirty_limit_bytes: d::WRITE_DIRTY_LIMIT_BYTES,
         write_buffer_limit_bytes: d::WRITE_BUFFER_LIMIT_BYTES,
+        process_memory_limit: None,
         auto_sighup_interval: None,
         fuse_request_stall_warn: seconds(d::FUSE_REQUEST_STALL_WARN_SECS),
         metrics_endpoint: None,
@@ -208,6 +209,15 @@ pub(super) fn parse_v1(
             "must be at least 2097152 (2 MiB)",
         ));
     }
+    // 0, like absent, leaves the target to the cgroup or the machine.
+    let memory_limit = raw.process_memory_limit.value_or(0);
+    if memory_limit != 0 && memory_limit < d::MIN_PROCESS_MEMORY_LIMIT {
+        return Err(s.invalid(
+            "process_memory_limit",
+            "must be 0 (derived from the cgroup or the machine) or at least 67108864 (64 MiB)",
+        ));
+    }
+    c.process_memory_limit = (memory_limit != 0).then_some(memory_limit);
     c.auto_sighup_interval = seconds(
         raw.auto_sighup_interval
             .value_or(d::AUTO_SIGHUP_INTERVAL_SECS),
@@ -257,12 +267,6 @@ fn warn_without_effect(s: &Place<'_>, raw: &raw::V1, warnings: &mut Vec<String>)
             raw.virtual_file_ttl.is_some(),
             "a created file, written or empty, is kept until it is committed to the store, and \
              never expires before",
-        ),
-        (
-            "process_memory_limit",
-            raw.process_memory_limit.is_some(),
-            "memory is bounded where it is held: cache_lines x cache_line_size, \
-             write_dirty_limit_bytes, write_buffer_limit_bytes and evictable_inode_limit",
         ),
     ] {
         if given {

@@ -209,6 +209,7 @@ pub fn run(options: CsiOptions) -> Result<(), String> {
             max_volumes: options.max_volumes,
             fuse_stall_warn: options.config.fuse_request_stall_warn,
             inode_eviction: crate::daemon::inode_eviction(&options.config),
+            inode_limit: options.config.evictable_inode_limit,
             fd_holder: options.fd_holder_socket.clone(),
             kernel_state_dir: options.state_dir.join("kernel"),
         },

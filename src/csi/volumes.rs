@@ -62,8 +62,11 @@ pub struct NodeSettings {
     /// FUSE requests unanswered this long are logged and counted (`None`: no watchdog).
     pub fuse_stall_warn: Option<Duration>,
     /// When each volume asks the kernel to drop idle file entries (the node config's
-    /// `evictable_inode_ttl`, `evictable_inode_limit`, `ttl_check_interval`).
+    /// `evictable_inode_ttl`, `ttl_check_interval`).
     pub inode_eviction: InodeEviction,
+    /// Inodes one volume may hold at most (the node config's `evictable_inode_limit`); less
+    /// as volumes share the process's inode pool (`crate::memory::inodes`).
+    pub inode_limit: usize,
     /// The fd holder keeping each volume's connection (`None`: none; see `takeover`).
     pub fd_holder: Option<PathBuf>,
     /// Where each volume's kernel-state journal lives (with an fd holder).
@@ -380,7 +383,7 @@ impl Volumes {
             gid: configs.first().map_or(0, |c| c.gid),
             dir_perm: 0o555,
             ttl: ENTRY_TTL,
-            inode_limit: self.settings.inode_eviction.limit,
+            inode_limit: self.engines.memory.inodes.join(self.settings.inode_limit),
         };
         let mut fs = Fs::new(options, self.engines.clone(), backends);
         let journal = self.kernel_state(&args.volume_id, &target, resume.is_some())?;

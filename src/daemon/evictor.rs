@@ -24,14 +24,14 @@ use fuser::{INodeNo, Notifier};
 
 use crate::fs::Fs;
 
-/// When entries are dropped (from `evictable_inode_ttl`, `evictable_inode_limit` and
-/// `ttl_check_interval`).
+/// When entries are dropped (from `evictable_inode_ttl` and `ttl_check_interval`); the limit
+/// beyond which the least recently used are dropped too is the mount's own
+/// ([`Fs::inode_limit`]: `evictable_inode_limit`, or less as the process's mounts share its
+/// inode pool).
 #[derive(Debug, Clone, Copy)]
 pub struct InodeEviction {
     /// A file entry the kernel has not asked about for this long is dropped.
     pub idle: Duration,
-    /// Beyond this many inodes, the least recently used file entries are dropped too.
-    pub limit: usize,
     /// How often the limit is checked.
     pub every: Duration,
 }
@@ -71,7 +71,8 @@ fn run(fs: &Weak<Fs>, notifier: &Notifier, eviction: InodeEviction, stop: &Atomi
             return;
         };
         let count = fs.inode_count();
-        let over = count > eviction.limit && count != counted_at_last_look;
+        let limit = fs.inode_limit();
+        let over = count > limit && count != counted_at_last_look;
         if !over && last_idle_look.elapsed() < idle_look_every {
             continue;
         }
@@ -82,7 +83,7 @@ fn run(fs: &Weak<Fs>, notifier: &Notifier, eviction: InodeEviction, stop: &Atomi
         if dropped_last_round {
             crate::malloc::trim();
         }
-        let entries = fs.evictable_entries(eviction.idle, eviction.limit);
+        let entries = fs.evictable_entries(eviction.idle, limit);
         dropped_last_round = !entries.is_empty();
         if entries.is_empty() {
             continue;
@@ -106,6 +107,7 @@ fn run(fs: &Weak<Fs>, notifier: &Notifier, eviction: InodeEviction, stop: &Atomi
         tracing::debug!(
             dropped,
             inodes = count,
+            limit,
             "asked the kernel to drop idle file entries"
         );
     }

@@ -103,7 +103,7 @@ pub fn run(config: Config, mountpoint: PathBuf, survival: Survival) -> Result<()
         gid: config.gid,
         dir_perm: config.dir_perm,
         ttl: config.entry_attr_ttl,
-        inode_limit: config.evictable_inode_limit,
+        inode_limit: engines.memory.inodes.join(config.evictable_inode_limit),
     };
     let backend_count = backends.len();
     let resumed = held.is_some();
@@ -316,7 +316,6 @@ fn session_options(config: &Config) -> SessionOptions {
 pub fn inode_eviction(config: &Config) -> evictor::InodeEviction {
     evictor::InodeEviction {
         idle: config.evictable_inode_ttl,
-        limit: config.evictable_inode_limit,
         every: config.ttl_check_interval,
     }
 }

@@ -397,7 +397,7 @@ impl Fs {
     /// `evictable_inode_limit`), or when it has one already (which costs nothing more).
     fn hands_out_inode(&self, dir: u64, name: &str) -> bool {
         let inodes = lock(&self.inodes);
-        inodes.len() < self.options.inode_limit.saturating_mul(2)
+        inodes.len() < self.options.inode_limit.get().saturating_mul(2)
             || inodes.child(dir, name).is_some()
     }
 

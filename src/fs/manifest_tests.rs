@@ -107,7 +107,7 @@ impl Fixture {
             gid: 0,
             dir_perm: 0o755,
             ttl: Duration::ZERO,
-            inode_limit: usize::MAX,
+            inode_limit: crate::memory::InodeLimit::fixed(usize::MAX),
         };
         Fs::new(
             options,

@@ -50,7 +50,7 @@ fn mount(store: &Arc<TestStore>, posix_metadata: bool) -> Mount {
         gid: 0,
         dir_perm: 0o555,
         ttl: Duration::from_secs(60),
-        inode_limit: usize::MAX,
+        inode_limit: crate::memory::InodeLimit::fixed(usize::MAX),
     };
     let spill = tempfile::tempdir().expect("spill dir");
     let engines = test_engines(spill.path(), 64 << 20);

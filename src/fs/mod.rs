@@ -64,6 +64,7 @@ use crate::cache::ObjectVersion;
 use crate::engines::Engines;
 use crate::manifest::format::Ownership;
 use crate::manifest::namespace::ManifestError;
+pub use crate::memory::InodeLimit;
 use crate::store::ObjectStore;
 use crate::write::{DirtyFile, DirtyMeta};
 use dir_pages::DirEntries;
@@ -87,9 +88,10 @@ pub struct FsOptions {
     pub dir_perm: u16,
     /// How long the kernel and `Fs` may trust an entry or attribute without asking the store.
     pub ttl: Duration,
-    /// `evictable_inode_limit`: readdirplus stops handing out new inodes at twice this
-    /// ([`Fs::readdir`]); the evictor keeps the table near it.
-    pub inode_limit: usize,
+    /// `evictable_inode_limit`, or this mount's share of the process's inode pool when that is
+    /// smaller: readdirplus stops handing out new inodes at twice this ([`Fs::readdir`]); the
+    /// evictor keeps the table near it. Read at every use: it shrinks as mounts are added.
+    pub inode_limit: InodeLimit,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -476,9 +478,14 @@ impl Fs {
         lock(&self.inodes).len()
     }
 
+    /// Inodes this mount may hold now (see [`FsOptions::inode_limit`]).
+    pub fn inode_limit(&self) -> usize {
+        self.options.inode_limit.get()
+    }
+
     #[cfg(test)]
     pub(super) fn set_inode_limit(&mut self, limit: usize) {
-        self.options.inode_limit = limit;
+        self.options.inode_limit = InodeLimit::fixed(limit);
     }
 
     fn store_error(backend: &Backend, source: crate::store::StoreError) -> FsError {

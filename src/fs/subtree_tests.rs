@@ -43,7 +43,7 @@ pub(super) async fn fixture(keys: &[String], ttl: Duration) -> Fixture {
         gid: 0,
         dir_perm: 0o755,
         ttl,
-        inode_limit: usize::MAX,
+        inode_limit: crate::memory::InodeLimit::fixed(usize::MAX),
     };
     let engines = super::tests::test_engines(spill.path(), 64 << 20);
     Fixture {

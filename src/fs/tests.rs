@@ -93,7 +93,7 @@ fn fixture_over(
         gid: 0,
         dir_perm: 0o555,
         ttl: Duration::from_secs(60),
-        inode_limit: usize::MAX,
+        inode_limit: crate::memory::InodeLimit::fixed(usize::MAX),
     };
     let spill = tempfile::tempdir().expect("spill dir");
     let engines = test_engines(spill.path(), threshold);
@@ -560,7 +560,7 @@ async fn ram_fixture(keys: &[String], page: u32, whole: usize) -> (Fs, tempfile:
         gid: 0,
         dir_perm: 0o555,
         ttl: Duration::from_secs(60),
-        inode_limit: usize::MAX,
+        inode_limit: crate::memory::InodeLimit::fixed(usize::MAX),
     };
     let engines = test_engines(spill.path(), 64 << 20);
     let fs = Fs::new(options, engines, vec![backend]).with_whole_listing_max(whole);

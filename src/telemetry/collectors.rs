@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use opentelemetry::KeyValue;
 use opentelemetry::metrics::Meter;
 
 use super::names;
@@ -192,5 +193,97 @@ pub(crate) fn observe_cache(meter: &Meter, cache: Arc<dyn CacheStatsSource>) -> 
                 .build(),
         ));
     }
+    kept
+}
+
+/// How the process publishes its memory target and holders (see [`MemoryStats`]).
+pub trait MemoryStatsSource: Send + Sync {
+    fn memory_stats(&self) -> MemoryStats;
+}
+
+/// The memory target and what holds memory under it, in bytes unless said otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub target: u64,
+    /// Anonymous memory filled by the line cache (a file-backed cache's is page cache: 0).
+    pub cache: u64,
+    /// Bytes commits in flight hold.
+    pub write_buffers: u64,
+    /// Inodes of every mount, at their estimated size.
+    pub inodes: u64,
+    /// The process's resident set.
+    pub resident: u64,
+    /// Inodes each mount may hold now (a count).
+    pub inode_limit_per_mount: u64,
+    /// Times new work waited for memory (a count, since start).
+    pub waits: u64,
+    /// Times the process went over its target (a count, since start).
+    pub over_target: u64,
+}
+
+/// The `msfs.memory.*` instruments over `source`.
+pub(crate) fn observe_memory(
+    meter: &Meter,
+    source: Arc<dyn MemoryStatsSource>,
+) -> Vec<Registration> {
+    let mut kept: Vec<Registration> = Vec::new();
+    let read = source.clone();
+    kept.push(Box::new(
+        meter
+            .u64_observable_gauge(names::MEMORY_TARGET)
+            .with_description("The memory the process aims to stay under")
+            .with_unit(names::unit(names::MEMORY_TARGET))
+            .with_callback(move |observer| observer.observe(read.memory_stats().target, &[]))
+            .build(),
+    ));
+    let read = source.clone();
+    kept.push(Box::new(
+        meter
+            .u64_observable_gauge(names::MEMORY_IN_USE)
+            .with_description(
+                "Memory in use by holder: cache (RAM lines), write_buffers, inodes (estimated), \
+                 process (resident set, all of them included)",
+            )
+            .with_unit(names::unit(names::MEMORY_IN_USE))
+            .with_callback(move |observer| {
+                let stats = read.memory_stats();
+                for (holder, bytes) in [
+                    ("cache", stats.cache),
+                    ("write_buffers", stats.write_buffers),
+                    ("inodes", stats.inodes),
+                    ("process", stats.resident),
+                ] {
+                    observer.observe(bytes, &[KeyValue::new("holder", holder)]);
+                }
+            })
+            .build(),
+    ));
+    let read = source.clone();
+    kept.push(Box::new(
+        meter
+            .u64_observable_gauge(names::MEMORY_INODE_LIMIT_PER_MOUNT)
+            .with_description("Inodes each mount may hold now: the process's pool over its mounts")
+            .with_callback(move |observer| {
+                observer.observe(read.memory_stats().inode_limit_per_mount, &[])
+            })
+            .build(),
+    ));
+    let read = source.clone();
+    kept.push(Box::new(
+        meter
+            .u64_observable_counter(names::MEMORY_OVER_TARGET)
+            .with_description(
+                "Times the process went over its memory target (inode shares halved until back)",
+            )
+            .with_callback(move |observer| observer.observe(read.memory_stats().over_target, &[]))
+            .build(),
+    ));
+    kept.push(Box::new(
+        meter
+            .u64_observable_counter(names::MEMORY_WAITS)
+            .with_description("Times new work waited for memory (commits for write-buffer room)")
+            .with_callback(move |observer| observer.observe(source.memory_stats().waits, &[]))
+            .build(),
+    ));
     kept
 }

@@ -46,7 +46,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::reader::MetricReader;
 
-pub use collectors::{CacheStats, CacheStatsSource};
+pub use collectors::{CacheStats, CacheStatsSource, MemoryStats, MemoryStatsSource};
 pub use http::{MetricsServer, serve_metrics};
 
 use crate::config::TelemetryConfig;
@@ -105,6 +105,8 @@ pub struct Metrics {
     fuse_passthrough_opens: Counter<u64>,
     fuse_inodes_evicted: Counter<u64>,
     fuse_inodes: UpDownCounter<i64>,
+    /// The same count, read back by the memory gauges.
+    fuse_inode_count: std::sync::atomic::AtomicI64,
     mounted_backends: Gauge<u64>,
 }
 
@@ -236,6 +238,7 @@ impl Metrics {
                     "Inodes the mounts hold for the kernel (until it forgets them), process-wide",
                 )
                 .build(),
+            fuse_inode_count: std::sync::atomic::AtomicI64::new(0),
             mounted_backends: meter
                 .u64_gauge(names::MOUNTED_BACKENDS)
                 .with_description("Backends currently mounted")
@@ -379,6 +382,25 @@ impl Metrics {
     /// The mounts hold `delta` more inodes for the kernel (fewer when negative).
     pub fn add_fuse_inodes(&self, delta: i64) {
         self.fuse_inodes.add(delta, &[]);
+        self.fuse_inode_count
+            .fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Inodes every mount holds now.
+    pub fn fuse_inode_count(&self) -> u64 {
+        let count = self
+            .fuse_inode_count
+            .load(std::sync::atomic::Ordering::Relaxed);
+        u64::try_from(count).unwrap_or(0)
+    }
+
+    /// Publishes the process's memory target and holders (`msfs.memory.*`).
+    pub fn observe_memory(&self, source: Arc<dyn MemoryStatsSource>) {
+        let registrations = collectors::observe_memory(&self.meter, source);
+        self.observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(registrations);
     }
 
     /// An open was answered with a backing file: the kernel reads it without asking msfs.

@@ -72,6 +72,19 @@ pub const FUSE_INODES_EVICTED: &str = "msfs.fuse.inodes_evicted";
 pub const FUSE_INODES: &str = "msfs.fuse.inodes";
 pub const MOUNTED_BACKENDS: &str = "msfs.mounted_backends";
 
+// The process's memory target and what holds memory under it (`crate::memory`).
+/// Unit `By`: `msfs_memory_target_bytes` in Prometheus.
+pub const MEMORY_TARGET: &str = "msfs.memory.target";
+/// Unit `By`, by `holder`: `cache` (RAM lines filled), `write_buffers`, `inodes` (estimated),
+/// and `process` (the resident set, which includes all of them).
+pub const MEMORY_IN_USE: &str = "msfs.memory.in_use";
+/// Each mount's inode limit now: the process's inode pool shared among the mounts.
+pub const MEMORY_INODE_LIMIT_PER_MOUNT: &str = "msfs.memory.inode_limit_per_mount";
+/// Times new work waited for memory (a commit for write-buffer room).
+pub const MEMORY_WAITS: &str = "msfs.memory.waits";
+/// Times the process's anonymous memory went over its target.
+pub const MEMORY_OVER_TARGET: &str = "msfs.memory.over_target";
+
 /// Seconds, for durations.
 pub const UNIT_SECONDS: &str = "s";
 /// Bytes.
@@ -120,6 +133,11 @@ pub const UNITS: &[(&str, &str)] = &[
     (FUSE_INODES_EVICTED, ""),
     (FUSE_INODES, ""),
     (MOUNTED_BACKENDS, ""),
+    (MEMORY_TARGET, UNIT_BYTES),
+    (MEMORY_IN_USE, UNIT_BYTES),
+    (MEMORY_INODE_LIMIT_PER_MOUNT, ""),
+    (MEMORY_WAITS, ""),
+    (MEMORY_OVER_TARGET, ""),
 ];
 
 /// The unit `name` is recorded in (`""` when it has none or is unknown).

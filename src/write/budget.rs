@@ -1,6 +1,7 @@
 //! A bound on bytes across every file of the process: dirty bytes awaiting commit, and bytes
 //! held in memory by commits in flight ([`Reservation`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ pub struct Budget {
     limit: u64,
     used: Mutex<u64>,
     freed: Notify,
+    /// Reservations that did not fit at once and waited (each counted once).
+    waits: AtomicU64,
 }
 
 impl Budget {
@@ -23,6 +26,7 @@ impl Budget {
             limit: limit.max(1),
             used: Mutex::new(0),
             freed: Notify::new(),
+            waits: AtomicU64::new(0),
         }
     }
 
@@ -41,10 +45,15 @@ impl Budget {
     /// Takes `n` bytes, waiting for releases until they fit; calls `while_waiting` before each
     /// wait (at least every `RECHECK`), so the caller can keep starting what frees bytes.
     pub async fn reserve(&self, n: u64, mut while_waiting: impl FnMut()) {
+        let mut counted = false;
         loop {
             let freed = self.freed.notified();
             if self.try_reserve(n) {
                 return;
+            }
+            if !counted {
+                self.waits.fetch_add(1, Ordering::Relaxed);
+                counted = true;
             }
             while_waiting();
             let _ = tokio::time::timeout(RECHECK, freed).await;
@@ -67,6 +76,11 @@ impl Budget {
             *used = used.saturating_sub(n);
         }
         self.freed.notify_waiters();
+    }
+
+    /// Reservations that had to wait for room, since the start.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     pub fn used(&self) -> u64 {

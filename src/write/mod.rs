@@ -399,6 +399,11 @@ impl WriteEngine {
         self.inner.buffers.used()
     }
 
+    /// Commits that waited for write-buffer room, since the start.
+    pub fn buffer_waits(&self) -> u64 {
+        self.inner.buffers.waits()
+    }
+
     /// Unlocks the spill and upload-journal directories for the process succeeding this one,
     /// which commits what they hold as a dead process's (after [`WriteEngine::stop_commits`];
     /// nothing may be written through the engine afterwards).

@@ -47,6 +47,8 @@ pub struct CsiPlugin {
     kubelet: PathBuf,
     state: PathBuf,
     log: PathBuf,
+    /// The memory cgroup (its `cgroup.procs`) each plugin process joins before it runs.
+    cgroup: Option<PathBuf>,
     // Last field: removed after `Drop::drop` has stopped the plugin.
     dir: Option<tempfile::TempDir>,
 }
@@ -73,6 +75,15 @@ impl CsiPlugin {
         Self::start_inner(config, extra_args, env, None)
     }
 
+    /// As [`CsiPlugin::start_with`], with the plugin in the memory cgroup whose `cgroup.procs`
+    /// is `cgroup` from its first instruction (see `cgroup::enter_on_spawn`).
+    pub fn start_in_cgroup(config: Option<&str>, extra_args: &[&str], cgroup: &Path) -> CsiPlugin {
+        let mut plugin = Self::prepare(config, extra_args, &[], None);
+        plugin.cgroup = Some(cgroup.to_path_buf());
+        plugin.spawn();
+        plugin
+    }
+
     /// As [`CsiPlugin::start_with`], but the plugin (and each one after a restart) is started
     /// by a [`Launcher`] started first: the test may then restart it while its own threads hold
     /// files open in the plugin's volumes (see `launcher.rs`).
@@ -81,6 +92,18 @@ impl CsiPlugin {
     }
 
     fn start_inner(
+        config: Option<&str>,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        launcher: Option<Launcher>,
+    ) -> CsiPlugin {
+        let mut plugin = Self::prepare(config, extra_args, env, launcher);
+        plugin.spawn();
+        plugin
+    }
+
+    /// The plugin's directories and command, not started yet.
+    fn prepare(
         config: Option<&str>,
         extra_args: &[&str],
         env: &[(&str, &str)],
@@ -111,7 +134,7 @@ impl CsiPlugin {
             command.arg(&path);
         }
         drop(log_file);
-        let mut plugin = CsiPlugin {
+        CsiPlugin {
             child: None,
             launcher,
             launched: None,
@@ -124,10 +147,9 @@ impl CsiPlugin {
             kubelet,
             state,
             log,
+            cgroup: None,
             dir: Some(dir),
-        };
-        plugin.spawn();
-        plugin
+        }
     }
 
     /// Starts the plugin process (appending to its log) and waits until it serves.
@@ -144,7 +166,11 @@ impl CsiPlugin {
             .append(true)
             .open(&self.log)
             .expect("open plugin log");
-        let child = Command::new(env!("CARGO_BIN_EXE_msfs"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_msfs"));
+        if let Some(procs) = &self.cgroup {
+            super::cgroup::enter_on_spawn(&mut command, procs);
+        }
+        let child = command
             .args(&self.command)
             .env("RUST_LOG", "info,msfs=debug")
             .envs(self.env.iter().map(|(k, v)| (k, v)))

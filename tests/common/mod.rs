@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod app;
+pub mod cgroup;
 pub mod csi;
 pub mod fault_proxy;
 pub mod garage;

@@ -48,6 +48,8 @@ pub struct MsfsMount {
     tmp_dir: PathBuf,
     /// Arguments given to `msfs mount` besides the config, mountpoint and state directory.
     extra_args: Vec<String>,
+    /// The memory cgroup (its `cgroup.procs`) each msfs process joins before it runs.
+    cgroup: Option<PathBuf>,
     // Last field: removed after `Drop::drop` has unmounted and reaped.
     dir: Option<tempfile::TempDir>,
 }
@@ -67,6 +69,17 @@ impl MsfsMount {
         config_text: &str,
         ext: &str,
         extra_args: &[&str],
+    ) -> Result<MsfsMount, String> {
+        MsfsMount::start_in_cgroup(config_text, ext, extra_args, None)
+    }
+
+    /// As [`MsfsMount::start_with_args`], with msfs in the memory cgroup whose `cgroup.procs`
+    /// is `cgroup` from its first instruction (see `cgroup::enter_on_spawn`).
+    pub fn start_in_cgroup(
+        config_text: &str,
+        ext: &str,
+        extra_args: &[&str],
+        cgroup: Option<&Path>,
     ) -> Result<MsfsMount, String> {
         assert!(
             ext == "yaml" || ext == "json",
@@ -104,6 +117,7 @@ impl MsfsMount {
             state_dir,
             tmp_dir,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            cgroup: cgroup.map(Path::to_path_buf),
             dir: Some(dir),
         };
         mount.spawn(&[])?;
@@ -118,7 +132,11 @@ impl MsfsMount {
             .map_err(|e| format!("create {}: {e}", self.stdout_path.display()))?;
         let stderr = std::fs::File::create(&self.stderr_path)
             .map_err(|e| format!("create {}: {e}", self.stderr_path.display()))?;
-        let child = Command::new(env!("CARGO_BIN_EXE_msfs"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_msfs"));
+        if let Some(procs) = &self.cgroup {
+            super::cgroup::enter_on_spawn(&mut command, procs);
+        }
+        let child = command
             .arg("mount")
             .arg(&self.config_path)
             .arg(&self.mountpoint)

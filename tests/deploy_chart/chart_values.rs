@@ -37,6 +37,7 @@ pub const EXPECTATIONS: &[(&str, Expectation)] = &[
     ("per-inode-file-size-limit", per_inode_cache_on_disk),
     ("metrics-everywhere", service_monitor_and_otlp_endpoint),
     ("metrics-off", metrics_off_leaves_no_address_or_service),
+    ("one-memory-value", memory_mib_sets_request_and_limit),
 ];
 
 fn pod_tokens_and_inline_volumes_by_default(docs: &[Value], scenario: &str) {
@@ -156,10 +157,11 @@ fn host_path_cache_sizes_memory(docs: &[Value], scenario: &str) {
         Ok("/mnt/nvme/msfs/x"),
         "cacheVolume.type=hostPath puts cacheDirPath on the node's directory"
     );
-    // 256 MiB + 1 MiB x 4096 lines = 4352 MiB.
+    // (256 MiB + 1 MiB x 4096 lines) x 8 / 7 = 4973.7 MiB, rounded up: msfs's target, an
+    // eighth below the limit, is the overhead and the cache.
     assert_eq!(
         str_at(pod.plugin.value, "resources.limits.memory"),
-        Some("4352Mi"),
+        Some("4974Mi"),
         "memory is sized from cacheLineSize x cacheLines"
     );
 }
@@ -197,10 +199,11 @@ fn tiered_cache_sizes_memory_by_its_ram_tier(docs: &[Value], scenario: &str) {
         );
     }
     let pod = NodePod::in_docs(docs, scenario);
-    // 256 MiB + 10 MiB x 16 RAM lines: the disk tier is not the process's memory.
+    // (256 MiB + 10 MiB x 16 RAM lines) x 8 / 7, rounded up: the disk tier is not the
+    // process's memory.
     assert_eq!(
         str_at(pod.plugin.value, "resources.limits.memory"),
-        Some("416Mi"),
+        Some("476Mi"),
         "a tiered cache's memory is its RAM tier"
     );
 }
@@ -209,7 +212,7 @@ fn per_inode_cache_on_disk(docs: &[Value], scenario: &str) {
     let pod = NodePod::in_docs(docs, scenario);
     assert_eq!(
         str_at(pod.plugin.value, "resources.limits.memory"),
-        Some("256Mi"),
+        Some("293Mi"),
         "per-inode-file lines live in the page cache, not the process"
     );
     assert_eq!(
@@ -252,4 +255,20 @@ fn metrics_off_leaves_no_address_or_service(docs: &[Value], scenario: &str) {
     let pod = NodePod::in_docs(docs, scenario);
     assert_eq!(pod.plugin.flag("metrics-address"), None);
     assert!(of_kind(docs, "Service").is_empty());
+}
+
+/// `node.memoryMiB` is the container's request and limit whatever the cache, and the node
+/// config names no `process_memory_limit`: msfs derives its target from that same limit.
+fn memory_mib_sets_request_and_limit(docs: &[Value], scenario: &str) {
+    let pod = NodePod::in_docs(docs, scenario);
+    for key in ["resources.limits.memory", "resources.requests.memory"] {
+        assert_eq!(str_at(pod.plugin.value, key), Some("1024Mi"), "{key}");
+    }
+    let config = at(only(docs, "ConfigMap", scenario), "data")["config.yaml"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        !config.contains("process_memory_limit"),
+        "the target follows the container's limit:\n{config}"
+    );
 }

@@ -162,6 +162,10 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "one-memory-value",
+        sets: &["node.memoryMiB=1024", "nodeConfig.cacheStorage=ram"],
+    },
+    Scenario {
         name: "metrics-everywhere",
         sets: &[
             "metrics.port=9900",

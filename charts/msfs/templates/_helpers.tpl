@@ -56,13 +56,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/*
-Memory of the plugin container, in MiB:
-  memoryOverheadMiB + ceil(cacheLineSize x cacheLines / 1 MiB)
-The cache term counts for cacheStorage ram and mapped-file, whose lines are the process's
+The cache's memory, in MiB: ceil(cacheLineSize x cacheLines / 1 MiB).
+It counts for cacheStorage ram and mapped-file, whose lines are the process's
 memory; per-inode-file keeps them in files under cacheDirPath (the page cache), so it is 0;
 tiered counts its RAM tier (cacheRamLines), its disk tier being the capacity it adds beyond
 memory, on the cache volume.
-Defaults: 256 + 10485760 x 128 / 1048576 = 256 + 1280 = 1536 MiB.
+Defaults: 10485760 x 128 / 1048576 = 1280 MiB.
 */}}
 {{- define "msfs.cacheMiB" -}}
 {{- $c := .Values.nodeConfig -}}
@@ -88,8 +87,20 @@ cacheLines (at least 1). */}}
 {{- end -}}
 {{- end -}}
 
+{{/*
+The plugin container's memory request and limit, in MiB: node.memoryMiB, or
+ceil((memoryOverheadMiB + the cache's memory) x 8 / 7). msfs takes its memory target from this
+limit (its cgroup's), an eighth below it: the headroom is what the kernel charges the container
+beside msfs's own memory, so the target is the overhead plus the cache.
+Defaults: (256 + 1280) x 8 / 7 = 1756 MiB.
+*/}}
 {{- define "msfs.memoryMiB" -}}
-{{- add (int64 .Values.node.memoryOverheadMiB) (int64 (include "msfs.cacheMiB" .)) -}}
+{{- if gt (int64 .Values.node.memoryMiB) 0 -}}
+{{- int64 .Values.node.memoryMiB -}}
+{{- else -}}
+{{- $target := add (int64 .Values.node.memoryOverheadMiB) (int64 (include "msfs.cacheMiB" .)) -}}
+{{- div (add (mul $target 8) 6) 7 -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The plugin's NODE_CONFIG file (msfs_version: 1). */}}

@@ -276,3 +276,25 @@ fn max_key_bytes_out_of_range_names_the_key() {
         );
     }
 }
+
+#[test]
+fn process_memory_limit_is_taken_and_a_tiny_one_refused() {
+    let loaded = parse(
+        "c.yaml",
+        "msfs_version: 1\nprocess_memory_limit: 536870912\n",
+    );
+    assert_eq!(loaded.config.process_memory_limit, Some(512 << 20));
+    assert!(
+        !loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("process_memory_limit")),
+        "{:?}",
+        loaded.warnings
+    );
+    assert_eq!(
+        error("c.yaml", "msfs_version: 1\nprocess_memory_limit: 1000000\n"),
+        "c.yaml: process_memory_limit: must be 0 (derived from the cgroup or the machine) or at \
+         least 67108864 (64 MiB)"
+    );
+}

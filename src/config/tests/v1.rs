@@ -111,6 +111,7 @@ fn full_v1_expected(source: &str) -> Config {
         write_commit_workers: 16,
         write_dirty_limit_bytes: 1 << 30,
         write_buffer_limit_bytes: 64 << 20,
+        process_memory_limit: None,
         auto_sighup_interval: Some(Duration::from_secs(300)),
         fuse_request_stall_warn: Some(Duration::from_secs(120)),
         metrics_endpoint: Some("http://0.0.0.0:9100".into()),
@@ -226,11 +227,7 @@ fn assert_only_keys_without_effect(loaded: &Loaded) {
         .collect();
     assert_eq!(
         keys,
-        [
-            "virtual_dir_ttl",
-            "virtual_file_ttl",
-            "process_memory_limit"
-        ],
+        ["virtual_dir_ttl", "virtual_file_ttl"],
         "{:?}",
         loaded.warnings
     );
@@ -292,6 +289,7 @@ fn v1_defaults_match_the_reference_table() {
     assert_eq!(c.write_commit_workers, 8);
     assert_eq!(c.write_dirty_limit_bytes, 4 << 30);
     assert_eq!(c.write_buffer_limit_bytes, 256 << 20);
+    assert_eq!(c.process_memory_limit, None);
     assert_eq!(c.auto_sighup_interval, None);
     assert_eq!(c.fuse_request_stall_warn, Some(Duration::from_secs(60)));
     assert_eq!(c.metrics_endpoint, None);

@@ -38,7 +38,6 @@ fn keys_of_the_go_implementation_are_accepted_with_a_warning() {
 #[test]
 fn keys_without_effect_are_warned_with_their_reason() {
     let text = "msfs_version: 1\nvirtual_dir_ttl: 2000000\nvirtual_file_ttl: 2000000\n\
-        process_memory_limit: 1073741824\n\
         opentelemetry:\n  metrics:\n    reader:\n      options: {collect_timeout_millis: 5000}\n\
         backends:\n\
         \x20 - {dir_name: a, backend_type: AIStore, bucket_container_name: b, \
@@ -63,7 +62,6 @@ fn keys_without_effect_are_warned_with_their_reason() {
             "backends[0].AIStore.provider",
             "backends[1].GCS.api_key",
             "opentelemetry.metrics.reader.options.collect_timeout_millis",
-            "process_memory_limit",
             "virtual_dir_ttl",
             "virtual_file_ttl",
         ]

@@ -74,9 +74,9 @@ impl Engines {
         )?;
         metrics.observe_memory(Arc::new(ProcessMemory {
             memory: memory.clone(),
-            cache: cache.clone(),
-            writes: writes.clone(),
-            metrics: metrics.clone(),
+            cache: Arc::downgrade(&cache),
+            buffers: writes.buffer_budget(),
+            metrics: Arc::downgrade(&metrics),
         }));
         Ok(Engines {
             reader,
@@ -133,31 +133,42 @@ impl Engines {
 
 /// What the `msfs_memory_*` gauges read at each collection: the target and what each holder
 /// has in use now.
+///
+/// The registry keeps its observers for its whole life, so this holds the cache and the registry
+/// weakly: a strong reference would make a cycle (registry → observer → registry) that keeps the
+/// cache from being dropped at exit, where a persistent cache writes its index.
 struct ProcessMemory {
     memory: Arc<Memory>,
-    cache: Arc<LineCache>,
-    writes: WriteEngine,
-    metrics: Arc<Metrics>,
+    cache: std::sync::Weak<LineCache>,
+    buffers: Arc<crate::write::Budget>,
+    metrics: std::sync::Weak<Metrics>,
 }
 
 impl MemoryStatsSource for ProcessMemory {
     fn memory_stats(&self) -> MemoryStats {
-        let cache = self.cache.cache_stats();
+        let cache = self
+            .cache
+            .upgrade()
+            .map(|cache| cache.cache_stats())
+            .unwrap_or_default();
         // Only anonymous lines are this process's memory; a file-backed cache is page cache.
         let ram_lines = match self.memory.plan.cache.storage {
             CacheStorage::Ram => cache.lines_resident,
             CacheStorage::Tiered => cache.ram_lines_resident,
             CacheStorage::MappedFile | CacheStorage::PerInodeFile => 0,
         };
-        let inodes = self.metrics.fuse_inode_count();
+        let inodes = self
+            .metrics
+            .upgrade()
+            .map_or(0, |metrics| metrics.fuse_inode_count());
         MemoryStats {
             target: self.memory.target.bytes,
             cache: ram_lines.saturating_mul(cache.line_size),
-            write_buffers: self.writes.buffered_bytes(),
+            write_buffers: self.buffers.used(),
             inodes: inodes.saturating_mul(crate::memory::INODE_BYTES),
             resident: crate::memory::resident_bytes(),
             inode_limit_per_mount: self.memory.inodes.share() as u64,
-            waits: self.writes.buffer_waits(),
+            waits: self.buffers.waits(),
             over_target: self.memory.over_target.count(),
         }
     }

@@ -105,10 +105,14 @@ impl Target {
 
 /// `MemTotal` of `/proc/meminfo`, in bytes.
 fn machine_total(meminfo: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(meminfo).ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line
-        .trim_start_matches("MemTotal:")
+    kib_field(&std::fs::read_to_string(meminfo).ok()?, "MemTotal")
+}
+
+/// The bytes of a `NAME:  N kB` line of a `/proc` file (`/proc/meminfo`, `/proc/PID/status`).
+pub(crate) fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let kib: u64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))?
         .trim()
         .trim_end_matches("kB")
         .trim()

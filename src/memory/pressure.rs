@@ -80,15 +80,7 @@ fn anonymous_resident() -> Option<u64> {
 }
 
 fn parse_rss_anon(status: &str) -> Option<u64> {
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    kib.checked_mul(1024)
+    super::kib_field(status, "RssAnon")
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
+pub use budget::Budget;
 pub use cleanup::abort_stale_uploads;
 pub use error::WriteError;
 pub use extents::Extents;
@@ -58,7 +59,6 @@ use crate::cache::{LineCache, ObjectReader, ObjectVersion};
 use crate::private_dir::{self, PrivateDir};
 use crate::store::{ObjectStore, PutResult, StoreError};
 use crate::telemetry::Metrics;
-use budget::Budget;
 use journal::{Recovered, UploadJournal};
 
 /// Parts of streamed uploads in flight across the process, per commit worker.
@@ -394,14 +394,14 @@ impl WriteEngine {
         self.inner.budget.used()
     }
 
+    /// The budget of commit buffers, for an observer that must not keep the engine alive.
+    pub fn buffer_budget(&self) -> Arc<Budget> {
+        Arc::clone(&self.inner.buffers)
+    }
+
     /// Bytes commits in flight hold in memory right now.
     pub fn buffered_bytes(&self) -> u64 {
         self.inner.buffers.used()
-    }
-
-    /// Commits that waited for write-buffer room, since the start.
-    pub fn buffer_waits(&self) -> u64 {
-        self.inner.buffers.waits()
     }
 
     /// Unlocks the spill and upload-journal directories for the process succeeding this one,

@@ -225,6 +225,14 @@ async fn a_killed_daemon_serving_over_io_uring_is_taken_over_by_one_with_rings_o
         );
     });
 
+    // The mount appears before its connection is handed to the fd holder: a kill in between
+    // would leave nothing to take over (on a loaded machine it happens).
+    wait_until(
+        "the fd holder keeps the connection",
+        HANG_LIMIT,
+        async || daemon_log(&mount).contains("the fd holder keeps the mount's connection"),
+    )
+    .await;
     let status = mount.stop_with_signal(libc::SIGKILL);
     assert!(!status.success(), "SIGKILL ends the daemon: {status}");
     assert!(

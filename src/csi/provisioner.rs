@@ -17,8 +17,6 @@ use super::parameters::{self, NewVolume};
 use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{Rpc, Type as CapabilityType, rpc::Type};
 use super::proto::validate_volume_capabilities_response::Confirmed;
-use super::proto::volume_capability::AccessType;
-use super::proto::volume_capability::access_mode::Mode;
 use super::proto::{
     CapacityRange, ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
     ControllerServiceCapability, CreateVolumeRequest, CreateVolumeResponse, DeleteVolumeRequest,
@@ -246,31 +244,7 @@ fn check_capabilities(capabilities: &[VolumeCapability]) -> Result<(), CsiError>
         return Err(CsiError::invalid("volume_capabilities", "required"));
     }
     for capability in capabilities {
-        match &capability.access_type {
-            Some(AccessType::Mount(_)) => {}
-            Some(AccessType::Block(_)) => {
-                return Err(CsiError::invalid(
-                    "volume_capabilities",
-                    "block access is not supported: msfs volumes are filesystems",
-                ));
-            }
-            None => {
-                return Err(CsiError::invalid(
-                    "volume_capabilities.access_type",
-                    "required (mount)",
-                ));
-            }
-        }
-        let mode = capability
-            .access_mode
-            .and_then(|m| Mode::try_from(m.mode).ok())
-            .filter(|m| *m != Mode::Unknown);
-        if mode.is_none() {
-            return Err(CsiError::invalid(
-                "volume_capabilities.access_mode",
-                "required",
-            ));
-        }
+        super::request::check_capability("volume_capabilities", capability)?;
     }
     Ok(())
 }

@@ -107,7 +107,7 @@ pub fn publish_args(
         .volume_capability
         .as_ref()
         .ok_or_else(|| CsiError::invalid("volume_capability", "required"))?;
-    let (mode, flags, group) = check_capability(capability)?;
+    let (mode, flags, group) = check_capability("volume_capability", capability)?;
     let mut overrides = mount_overrides(flags)?;
     overrides.readonly |=
         request.readonly || matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly);
@@ -143,19 +143,23 @@ pub fn publish_args(
     })
 }
 
-/// The access mode, mount flags and mount group of a mount capability.
-fn check_capability(capability: &VolumeCapability) -> Result<(Mode, &[String], &str), CsiError> {
+/// The access mode, mount flags and mount group of a mount capability; errors name `field`
+/// (`volume_capability` of a publish, `volume_capabilities` of a controller call).
+pub(super) fn check_capability<'c>(
+    field: &str,
+    capability: &'c VolumeCapability,
+) -> Result<(Mode, &'c [String], &'c str), CsiError> {
     let mount = match &capability.access_type {
         Some(AccessType::Mount(mount)) => mount,
         Some(AccessType::Block(_)) => {
             return Err(CsiError::invalid(
-                "volume_capability",
+                field,
                 "block access is not supported: msfs volumes are filesystems (use volumeMode: Filesystem)",
             ));
         }
         None => {
             return Err(CsiError::invalid(
-                "volume_capability.access_type",
+                format!("{field}.access_type"),
                 "required (mount)",
             ));
         }
@@ -164,7 +168,7 @@ fn check_capability(capability: &VolumeCapability) -> Result<(Mode, &[String], &
         .access_mode
         .and_then(|m| Mode::try_from(m.mode).ok())
         .filter(|m| *m != Mode::Unknown)
-        .ok_or_else(|| CsiError::invalid("volume_capability.access_mode", "required"))?;
+        .ok_or_else(|| CsiError::invalid(format!("{field}.access_mode"), "required"))?;
     Ok((mode, &mount.mount_flags, &mount.volume_mount_group))
 }
 

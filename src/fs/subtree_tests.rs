@@ -245,7 +245,17 @@ async fn changes_in_a_kept_directory_are_seen_at_once() {
     assert_eq!(f.store.lists().len(), quiet);
 }
 
-use super::model_tests::Rng;
+/// xorshift64, reproducible from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % bound.max(1) as u64) as usize
+    }
+}
 
 async fn resolve_path(fs: &Fs, path: &str) -> Attr {
     let mut attr = fs.lookup(ROOT_INO, "data").await.expect("data");

@@ -17,6 +17,13 @@ pub(super) struct Fixture {
     pub fs: Fs,
 }
 
+impl Fixture {
+    /// Stops this `Fs` (dropping its spill directory) and keeps the store's directory.
+    pub(super) fn into_store_dir(self) -> tempfile::TempDir {
+        self.dir
+    }
+}
+
 fn fixture(files: &[(&str, &[u8])]) -> Fixture {
     fixture_with(files, false, 64 << 20)
 }
@@ -64,7 +71,7 @@ pub(super) fn test_engines(spill: &std::path::Path, threshold: u64) -> Engines {
 }
 
 /// A fixture whose backend `data` is `store`, over the objects in `dir`.
-fn fixture_over(
+pub(super) fn fixture_over(
     dir: tempfile::TempDir,
     store: Arc<dyn ObjectStore>,
     writable: bool,

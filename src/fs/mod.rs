@@ -189,8 +189,9 @@ struct FileHandle {
     version: ObjectVersion,
     stream: SequentialDetector,
     /// The file's content while it is being written (through this handle or another): reads
-    /// go through it, so a writer reads its own writes.
-    dirty: Option<Arc<DirtyFile>>,
+    /// go through it, so a writer reads its own writes. A handle opened for reading before the
+    /// writing began is given it then (`Fs::began_writing`): read it through [`FileHandle::dirty`].
+    dirty: Mutex<Option<Arc<DirtyFile>>>,
     /// Opened for writing; `dirty` is then this handle's, released at close.
     writable: bool,
     flush_on_close: bool,
@@ -204,6 +205,11 @@ struct FileHandle {
 }
 
 impl FileHandle {
+    /// The file being written that this handle reads and writes, if any.
+    fn dirty(&self) -> Option<Arc<DirtyFile>> {
+        lock(&self.dirty).clone()
+    }
+
     fn record(&self, fh: u64) -> FileRecord {
         FileRecord {
             fh,

@@ -2,8 +2,8 @@
 //! rewriting the kernel-state journal as what is live now. Apart from the request paths
 //! because it runs once per takeover (and at each compaction) and touches every table at once.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::kernel_state::{FileRecord, Record, Restored};
 use super::passthrough::HandleIo;
@@ -76,7 +76,7 @@ impl Fs {
                 size: record.size,
             },
             stream: SequentialDetector::default(),
-            dirty,
+            dirty: Mutex::new(dirty),
             writable: record.writable,
             flush_on_close: settings.flush_on_close,
             // What the previous server's handle did is not known: its closes commit.

@@ -471,6 +471,65 @@ async fn an_unlinked_open_file_stays_readable_until_its_last_close() {
     assert!(stored(&f, "f").is_none(), "deleted at the last close");
 }
 
+/// Found by the reference model: the reader read the object as it was when opened, past the
+/// new end too.
+#[tokio::test]
+async fn a_reader_opened_before_a_rewrite_reads_the_rewritten_bytes() {
+    let f = writable(&[("f", &[7u8; 5000])]);
+    let attr = resolve(&f.fs, "data/f").await.expect("f");
+    let Opened { fh: reader, .. } =
+        f.fs.open(attr.ino, OpenMode::default())
+            .await
+            .expect("open for reading");
+    let writer = open_truncating(&f.fs, attr.ino)
+        .await
+        .expect("open O_TRUNC");
+    f.fs.write(writer.fh, 0, b"short").await.expect("write");
+    f.fs.flush(writer.fh, None).await.expect("flush");
+    f.fs.release(writer.fh).await;
+    assert_eq!(
+        &f.fs.read(reader, 0, 100).await.expect("read")[..],
+        b"short"
+    );
+    assert!(
+        f.fs.read(reader, 4000, 100)
+            .await
+            .expect("read past the end")
+            .is_empty(),
+        "nothing of the old bytes past the new end"
+    );
+    let failed = f.fs.engines.writes.drain().await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(
+        &f.fs.read(reader, 0, 100).await.expect("read")[..],
+        b"short"
+    );
+    f.fs.release(reader).await;
+    assert_eq!(stored(&f, "f").as_deref(), Some(&b"short"[..]));
+}
+
+/// The rename used to delete the old key at once: every read the descriptor had not cached
+/// then failed.
+#[tokio::test]
+async fn a_file_renamed_while_open_for_reading_reads_whole_until_closed() {
+    let body: Vec<u8> = (0..9000u32).map(|i| (i % 251) as u8).collect();
+    let f = writable(&[("a", &body)]);
+    let data = resolve(&f.fs, "data").await.expect("data");
+    let attr = resolve(&f.fs, "data/a").await.expect("a");
+    let Opened { fh, .. } =
+        f.fs.open(attr.ino, OpenMode::default())
+            .await
+            .expect("open");
+    f.fs.rename(data.ino, "a", data.ino, "b", RenameFlags::default())
+        .await
+        .expect("rename");
+    assert_eq!(ls(&f.fs, "data").await, ["b"], "the old name is gone");
+    assert_eq!(&f.fs.read(fh, 0, 9000).await.expect("read")[..], &body[..]);
+    assert_eq!(stored(&f, "b").as_deref(), Some(&body[..]));
+    f.fs.release(fh).await;
+    assert!(stored(&f, "a").is_none(), "deleted at the last close");
+}
+
 #[tokio::test]
 async fn renames_move_files_and_empty_directories_and_refuse_the_rest() {
     let f = writable(&[("a", b"A"), ("full/x", b"X")]);

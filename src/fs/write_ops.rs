@@ -2,8 +2,8 @@
 //! setattr, unlink, mkdir, rmdir, rename. File contents go through the write engine; namespace
 //! changes are made in the store at once (a directory is a zero-byte `dir/` marker object).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
@@ -199,7 +199,7 @@ impl Fs {
                 size: 0,
             },
             stream: SequentialDetector::default(),
-            dirty: Some(file),
+            dirty: Mutex::new(Some(file)),
             writable: true,
             flush_on_close: dir.settings.flush_on_close,
             wrote: AtomicBool::new(false),
@@ -243,7 +243,7 @@ impl Fs {
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let handle = self.handle(fh)?;
         let file = Self::writing_through(&handle)?;
-        self.engines.writes.write(file, offset, data).await?;
+        self.engines.writes.write(&file, offset, data).await?;
         Ok(written_len(data))
     }
 
@@ -255,7 +255,7 @@ impl Fs {
         let written = (|| {
             let handle = self.handle(fh)?;
             let file = Self::writing_through(&handle)?;
-            Ok(self.engines.writes.write_now(file, offset, data))
+            Ok(self.engines.writes.write_now(&file, offset, data))
         })();
         let part_finished = match written {
             Ok(Some(Ok(part_finished))) => part_finished,
@@ -273,19 +273,19 @@ impl Fs {
     /// the upload of the parts it finished, waiting for a slot (the writer's backpressure).
     pub async fn stream_parts_after(&self, fh: u64, offset: u64, len: u64) {
         if let Ok(handle) = self.handle(fh)
-            && let Some(file) = &handle.dirty
+            && let Some(file) = handle.dirty()
         {
             self.engines
                 .writes
-                .stream_parts_after(file, offset, len)
+                .stream_parts_after(&file, offset, len)
                 .await;
         }
     }
 
     /// The file a write through `handle` goes to, marking the handle written through (what
     /// `flush` reads); `NotWritable` for a handle not open for writing.
-    fn writing_through(handle: &FileHandle) -> Result<&Arc<DirtyFile>> {
-        let (true, Some(file)) = (handle.writable, &handle.dirty) else {
+    fn writing_through(handle: &FileHandle) -> Result<Arc<DirtyFile>> {
+        let (true, Some(file)) = (handle.writable, handle.dirty()) else {
             return Err(FsError::NotWritable);
         };
         handle.wrote.store(true, Ordering::Relaxed);
@@ -311,9 +311,10 @@ impl Fs {
     /// not an empty one that the next close replaces.
     pub async fn flush(&self, fh: u64, closer: Option<u32>) -> Result<()> {
         let handle = self.handle(fh)?;
-        let (true, Some(file)) = (handle.writable, &handle.dirty) else {
+        let (true, Some(file)) = (handle.writable, handle.dirty()) else {
             return Ok(());
         };
+        let file = &file;
         let wrote = handle.wrote.load(Ordering::Relaxed);
         if !handle.flush_on_close {
             if wrote {
@@ -349,8 +350,8 @@ impl Fs {
     /// Makes everything written to the file durable in the store before returning.
     pub async fn fsync(&self, fh: u64) -> Result<()> {
         let handle = self.handle(fh)?;
-        if let Some(file) = &handle.dirty {
-            self.engines.writes.fsync(file).await?;
+        if let Some(file) = handle.dirty() {
+            self.engines.writes.fsync(&file).await?;
         }
         Ok(())
     }
@@ -381,9 +382,9 @@ impl Fs {
         let writes = &self.engines.writes;
         if let Some(fh) = fh {
             let handle = self.handle(fh)?;
-            if let (true, Some(file)) = (handle.writable, &handle.dirty) {
+            if let (true, Some(file)) = (handle.writable, handle.dirty()) {
                 handle.wrote.store(true, Ordering::Relaxed);
-                writes.truncate(file, size)?;
+                writes.truncate(&file, size)?;
                 return Ok(());
             }
         }
@@ -421,11 +422,7 @@ impl Fs {
     /// Whether a handle open for writing holds `file` (its release commits it).
     fn held_for_writing(&self, file: &Arc<DirtyFile>) -> bool {
         lock(&self.files).values().any(|handle| {
-            handle.writable
-                && handle
-                    .dirty
-                    .as_ref()
-                    .is_some_and(|held| Arc::ptr_eq(held, file))
+            handle.writable && handle.dirty().is_some_and(|held| Arc::ptr_eq(&held, file))
         })
     }
 
@@ -818,7 +815,7 @@ impl Fs {
     async fn rename_file(
         &self,
         backend: &Backend,
-        settings: &BackendSettings,
+        settings: &Arc<BackendSettings>,
         path: &str,
         new_path: &str,
         // What a manifest row states of the file's owner and mode, kept at its new name.
@@ -890,17 +887,53 @@ impl Fs {
             .record(&backend.dir_name, new_path, Change::Upsert(moved))
             .await;
         writes.forget(store.id(), &key).await;
-        store
-            .delete(&key)
-            .await
-            .map_err(|e| Self::store_error(backend, e))?;
-        settings
-            .record(&backend.dir_name, path, Change::Deleted)
-            .await;
+        if !self.keep_for_open_readers(settings, &key, path) {
+            store
+                .delete(&key)
+                .await
+                .map_err(|e| Self::store_error(backend, e))?;
+            settings
+                .record(&backend.dir_name, path, Change::Deleted)
+                .await;
+        }
         Ok(Copied {
             version,
             source_commit,
         })
+    }
+}
+
+impl Fs {
+    /// Whether a handle of this mount has `key` open (for reading: a writer makes the rename
+    /// fail first). Then the old object is kept for it, as after an unlink, and recorded so:
+    /// hidden from lookups and listings, deleted by its last release. Deleted at once, it
+    /// would fail every read of bytes the handle has not cached.
+    fn keep_for_open_readers(
+        &self,
+        settings: &Arc<BackendSettings>,
+        key: &str,
+        path: &str,
+    ) -> bool {
+        let store_id = settings.store.id();
+        // Under the `unlinked` lock, as in `unlink`: `release` decides there whether its handle
+        // was the last.
+        let mut unlinked = lock(&self.unlinked);
+        let reader = lock(&self.files)
+            .values()
+            .find(|h| h.version.key == key && h.store.id() == store_id)
+            .map(|h| h.ino);
+        if let Some(ino) = reader {
+            unlinked.insert(
+                (store_id.to_string(), key.to_string()),
+                Unlinked {
+                    ino,
+                    settings: settings.clone(),
+                    path: path.to_string(),
+                    deleting: None,
+                },
+            );
+        }
+        reader.is_some()
     }
 }
 

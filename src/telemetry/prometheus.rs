@@ -16,7 +16,7 @@
 //! word, unlike the Collector: `msfs.io.bytes_read` (unit `By`) becomes
 //! `msfs_io_bytes_read_bytes_total`, not `msfs_io_bytes_read_total`, and `msfs.write.dirty_bytes`
 //! becomes `msfs_write_dirty_bytes_bytes`. That renames seven of our metrics, three of them on
-//! the dashboard and two in `tests/metrics_endpoint.rs`. Its `without_units()` fixes those but
+//! the dashboard and two in `tests/it/metrics_endpoint.rs`. Its `without_units()` fixes those but
 //! drops every unit, so `msfs_backend_latency_seconds_bucket` becomes
 //! `msfs_backend_latency_bucket`.
 

@@ -25,7 +25,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 
 use crate::common::fault_proxy::{Fault, FaultPlan, FaultProxy, Match, S3Op};
-use crate::common::mount::abort_fuse_connection;
+use crate::common::mount::{abort_fuse_connection, daemon_log};
 use crate::common::{Garage, MsfsMount, config_yaml_with};
 
 const BUCKET: &str = "model";
@@ -39,6 +39,8 @@ const LINK_TARGET: &str = "/nonexistent-msfs-model-dir/target";
 const STEP_LIMIT: Duration = Duration::from_secs(120);
 /// How long a crash point waits for its request to reach the proxy.
 const ARM_LIMIT: Duration = Duration::from_secs(20);
+/// What a freshly mounted msfs logs once the fd holder keeps its connection.
+const HELD: &str = "the fd holder keeps the mount's connection";
 
 #[derive(Debug, Clone, PartialEq)]
 enum Entry {
@@ -350,6 +352,8 @@ struct Case<'w> {
     root: PathBuf,
     model: Model,
     slots: Vec<Option<Slot>>,
+    /// A process that mounted afresh, whose connection may not be with the fd holder yet.
+    fresh: bool,
     /// When the running step started; the watchdog aborts the connection of one that hangs.
     step_started: Arc<Mutex<Option<Instant>>>,
     done: Arc<AtomicBool>,
@@ -391,9 +395,28 @@ impl<'w> Case<'w> {
             mount,
             model: Model::default(),
             slots: (0..SLOTS).map(|_| None).collect(),
+            fresh: true,
             step_started,
             done,
         }
+    }
+
+    /// Waits until the fd holder keeps the connection of a process that mounted afresh: the
+    /// mount appears before the hand-over, and a kill in between leaves nothing to take over.
+    fn held(&mut self) {
+        if !self.fresh {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.mount.stdout_text().contains(HELD) {
+            assert!(
+                Instant::now() < deadline,
+                "the fd holder never kept the connection:\n{}",
+                daemon_log(&self.mount)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.fresh = false;
     }
 
     fn close(&mut self, slot: usize, at: usize) {
@@ -730,12 +753,15 @@ impl<'w> Case<'w> {
                 let status = self.mount.stop_with_umount();
                 assert!(status.success(), "step {at}: umount: msfs exited {status}");
                 self.mount.mount_again().expect("mount again");
+                self.fresh = true;
             }
             Op::Kill => {
+                self.held();
                 self.mount.stop_with_signal(libc::SIGKILL);
                 self.mount.take_over().expect("take over");
             }
             Op::Upgrade => {
+                self.held();
                 let (status, output) = self.mount.upgrade().expect("upgrade");
                 assert!(
                     status.success(),
@@ -784,6 +810,7 @@ impl<'w> Case<'w> {
                 Box::new(move || code(&std::fs::rename(from, to)))
             }
         };
+        self.held();
         let faults_before = proxy.stats().faults();
         proxy.set(FaultPlan::always(fault).only(Match::any().op(on)));
         let thread = std::thread::spawn(step);
@@ -871,6 +898,11 @@ impl Drop for Case<'_> {
         self.done.store(true, Ordering::Relaxed);
         // A failed step may leave the proxy holding requests: the next case starts clean.
         self.world.proxy.pass_through();
+        // A step that failed between a kill and a takeover leaves callers waiting in a
+        // connection the fd holder keeps: aborted, they fail instead of waiting forever.
+        if std::thread::panicking() {
+            eprintln!("{}", abort_fuse_connection(self.mount.path()));
+        }
     }
 }
 
@@ -947,7 +979,8 @@ fn system_calls_kills_and_upgrades_through_the_mount_agree_with_the_model() {
             "proptest-regressions",
         ))),
         // Each shrinking step mounts again: bounded, so that a failure is reported in minutes.
-        max_shrink_iters: 200,
+        max_shrink_iters: 64,
+        max_shrink_time: 300_000,
         ..Config::default()
     });
     let strategy = proptest::collection::vec(op(), 1..40);

@@ -157,10 +157,6 @@ impl MemoryCgroup {
                 .unwrap_or(0),
         }
     }
-
-    pub fn version(&self) -> Version {
-        self.version
-    }
 }
 
 /// See [`MemoryCgroup::sample_anon`].

@@ -224,8 +224,6 @@ enum Schedule {
         faults: Vec<Option<Fault>>,
         then: Option<Fault>,
     },
-    /// The n-th, 2n-th, … matching request.
-    Every { n: u64, fault: Fault },
     /// Each matching request independently with probability `p`, the fault picked uniformly.
     Random {
         p: f64,
@@ -261,12 +259,6 @@ impl FaultPlan {
     /// Entry i for the i-th matching request (`None` passes it); everything after passes.
     pub fn script(faults: Vec<Option<Fault>>) -> FaultPlan {
         FaultPlan::with(Schedule::Script { faults, then: None })
-    }
-
-    /// The n-th, 2n-th, 3n-th … matching request.
-    pub fn every(n: u64, fault: Fault) -> FaultPlan {
-        assert!(n > 0, "FaultPlan::every: n must be at least 1");
-        FaultPlan::with(Schedule::Every { n, fault })
     }
 
     /// Each matching request independently with probability `p`, with a fault chosen
@@ -608,7 +600,6 @@ impl Shared {
                 .and_then(|i| faults.get(i))
                 .copied()
                 .unwrap_or(*then),
-            Schedule::Every { n, fault } => (index + 1).is_multiple_of(*n).then_some(*fault),
             Schedule::Random { p, faults, .. } => {
                 let roll = xorshift(rng);
                 let pick = xorshift(rng);

@@ -283,11 +283,6 @@ impl Garage {
         REGION
     }
 
-    /// Garage's own process id (for tests that need to stop the server).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// How many requests of one S3 API (e.g. `"GetObject"`) garage has served so far, from its
     /// own metrics: what the backend really saw, whatever msfs believes it sent.
     pub fn s3_requests(&self, api: &str) -> u64 {

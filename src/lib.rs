@@ -13,6 +13,8 @@ pub mod config;
 pub mod csi;
 pub mod daemon;
 pub mod engines;
+#[cfg(test)]
+mod format_fixtures;
 pub mod fs;
 pub mod fuse;
 pub mod holder;

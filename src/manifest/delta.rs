@@ -309,6 +309,61 @@ mod tests {
         assert_eq!(fs::read(&path).expect("read"), b"not a log at all");
     }
 
+    /// The changes the delta-log sample (`tests/fixtures/formats/delta-v1`) holds, in order.
+    fn sample_changes() -> Vec<(&'static str, Change)> {
+        let owner = crate::manifest::format::Ownership {
+            perm: 0o750,
+            uid: 1234,
+            gid: 100,
+        };
+        vec![
+            ("a/x", file(1)),
+            ("a/x", file(2)),
+            ("b", Change::Upsert(EntryKind::DIR)),
+            (
+                "b/owned",
+                Change::Upsert(file_kind(3).with_owner(Some(owner))),
+            ),
+            ("c\twith tab", file(4)),
+            ("gone", Change::Deleted),
+        ]
+    }
+
+    fn file_kind(size: u64) -> EntryKind {
+        match file(size) {
+            Change::Upsert(kind) => kind,
+            Change::Deleted => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_delta_log_sample_replays_to_the_changes_it_holds() {
+        if crate::format_fixtures::writing() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (mut log, _) = DeltaLog::open(dir.path()).expect("open");
+            for (path, change) in sample_changes() {
+                log.append(path, &change).expect("append");
+            }
+            drop(log);
+            crate::format_fixtures::store("delta-v1", &dir.path().join(DELTA_DIR));
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::format_fixtures::copy_to("delta-v1", &dir.path().join(DELTA_DIR));
+        let (_, overlay) = DeltaLog::open(dir.path()).expect("open the sample");
+        let mut expected = Overlay::default();
+        for (path, change) in sample_changes() {
+            expected.apply(path.to_string(), change);
+        }
+        assert_eq!(overlay.changes, expected.changes);
+        assert_eq!(overlay.get("a/x"), Some(&file(2)));
+        let path = dir.path().join(DELTA_DIR).join(LOG_FILE);
+        assert_eq!(
+            fs::read(&path).expect("read"),
+            fs::read(crate::format_fixtures::path("delta-v1").join(LOG_FILE)).expect("sample"),
+            "a whole log is read as it is, not repaired"
+        );
+    }
+
     #[test]
     fn overlay_children_show_upserts_implied_directories_and_deletions() {
         let mut overlay = Overlay::default();

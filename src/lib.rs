@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod engines;
 #[cfg(test)]
 mod format_fixtures;
+pub mod framed_log;
 pub mod fs;
 pub mod fuse;
 pub mod holder;

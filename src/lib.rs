@@ -13,6 +13,9 @@ pub mod config;
 pub mod csi;
 pub mod daemon;
 pub mod engines;
+#[cfg(test)]
+mod format_fixtures;
+pub mod framed_log;
 pub mod fs;
 pub mod fuse;
 pub mod holder;

@@ -384,3 +384,36 @@ fn a_missing_cache_dir_path_is_reported_not_created() {
     assert!(error.contains("no/such/dir"), "{error}");
     assert!(!missing.exists(), "the missing directory was created");
 }
+
+/// The persistent-cache sample (`tests/fixtures/formats/line-cache`: the directory a cache of
+/// [`LINES`] lines left after reading one object of four lines and a short one), and the ETag
+/// of the object it was read from (`line-cache.etag`: the test store's ETags are not
+/// reproducible, so the sample names the one its index holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_persistent_cache_sample_serves_its_lines_without_a_fetch() {
+    let len = 4 * LINE + 100;
+    let etag_file = crate::format_fixtures::path("line-cache.etag");
+    if crate::format_fixtures::writing() {
+        let (parent, _objects, object) = read_by_a_first_cache(len, 3).await;
+        crate::format_fixtures::store("line-cache", &parent.path().join(DIR_NAME));
+        std::fs::write(&etag_file, &object.etag).expect("write the ETag");
+    }
+    let parent = tempfile::tempdir().expect("cache parent");
+    crate::format_fixtures::copy_to("line-cache", &parent.path().join(DIR_NAME));
+    let objects = Objects::new();
+    std::fs::write(objects.dir.path().join("obj"), patterned(3, len)).expect("object");
+    let object = ObjectVersion {
+        key: "obj".into(),
+        etag: std::fs::read_to_string(&etag_file).expect("the sample's ETag"),
+        size: len,
+    };
+    let cache = persistent(parent.path(), LINES);
+    assert_eq!(cache.stats().lines_restored, 5);
+    assert_eq!(objects.read_all(&cache, &object).await, patterned(3, len));
+    assert_eq!(
+        objects.test_store.gets_of("obj"),
+        0,
+        "served from the sample"
+    );
+    assert_eq!(cache.stats().lines_rejected, 0);
+}

@@ -243,6 +243,25 @@ mod tests {
         }
     }
 
+    /// The sample (`tests/fixtures/formats/csi-published`): the state directory after one
+    /// publish of [`request`].
+    #[test]
+    fn the_published_volumes_sample_is_read_as_written() {
+        let expected = PublishRecord::from_request(&request());
+        if crate::format_fixtures::writing() {
+            let dir = tempfile::tempdir().expect("temp dir");
+            PublishedState::open(dir.path())
+                .expect("open")
+                .insert(expected.clone());
+            crate::format_fixtures::store("csi-published", dir.path());
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        crate::format_fixtures::copy_to("csi-published", dir.path());
+        let state = PublishedState::open(dir.path()).expect("open the sample");
+        assert_eq!(state.records(), vec![expected]);
+        assert!(!dir.path().join("published.json.bad").exists());
+    }
+
     #[test]
     fn a_record_keeps_the_request_but_no_secret_or_token() {
         let original = request();

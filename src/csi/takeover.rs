@@ -7,14 +7,25 @@
 //! again: the publish request — with its secrets and the pod's tokens, which never touch the
 //! disk (`state` keeps the request without them), but live in the holder's memory as they live
 //! in the plugin's — and the INIT parameters the kernel agreed to.
+//!
+//! The takeover side of [`Volumes`] lives here too: serving the held connections again
+//! (`Volumes::take_over`, which mounts each with a [`Resume`]), a volume's kernel-state journal
+//! (fresh at a publish, replayed at a takeover), and handing a published volume to the holder.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::CsiError;
+use super::request::publish_args;
 use super::state::PublishRecord;
+use super::volumes::{NodeSettings, Volumes, credential_source, staging_name};
+use crate::daemon::mountpoint;
+use crate::daemon::session::MountedSession;
+use crate::fs::{KernelState, Restored};
 use crate::fuse::KernelInit;
 use crate::holder::HolderClient;
 
@@ -143,6 +154,25 @@ pub fn staging_in_use(held: &[HeldVolume]) -> HashSet<PathBuf> {
     held.iter().filter_map(|v| v.staging.clone()).collect()
 }
 
+/// Hands a volume just published (or taken over) to the fd holder at `socket`.
+pub(super) fn keep_published(
+    socket: &Path,
+    session: &MountedSession,
+    record: &PublishRecord,
+    secrets: &HashMap<String, String>,
+    context: &HashMap<String, String>,
+    staging: &Option<PathBuf>,
+) {
+    let keep_it = Keep {
+        record: record.clone(),
+        secrets,
+        tokens: context.get(super::attributes::TOKENS_KEY).cloned(),
+        kernel: session.kernel_init(),
+        staging: staging.clone(),
+    };
+    keep(socket, session.fuse_fd(), keep_it);
+}
+
 /// What to keep for a published volume.
 pub struct Keep<'a> {
     pub record: PublishRecord,
@@ -185,4 +215,111 @@ pub fn release(socket: &Path, target: &Path) {
         tracing::warn!(target = %name, error = %e,
             "cannot tell the fd holder a volume went; it lets go once it sees the mount gone");
     }
+}
+
+/// A held connection to serve instead of mounting.
+pub(super) struct Resume {
+    pub fd: OwnedFd,
+    pub kernel: KernelInit,
+}
+
+impl Volumes {
+    /// Serves again the volumes whose connections the fd holder kept (a previous run of the
+    /// plugin died or was restarted): their pods' requests waited and are answered now. A
+    /// volume that cannot be served is unmounted, so that its pods fail instead of waiting
+    /// forever, and the kubelet's next call decides.
+    pub async fn take_over(&self, held: Vec<HeldVolume>, pods_dir: &Path) {
+        // All at once: every volume's pods wait until theirs is served.
+        let each = held
+            .into_iter()
+            .map(|volume| self.take_over_or_end(volume, pods_dir));
+        futures::future::join_all(each).await;
+    }
+
+    /// Serves one held volume again, or (if that fails) ends its connection.
+    async fn take_over_or_end(&self, volume: HeldVolume, pods_dir: &Path) {
+        let target = PathBuf::from(&volume.record.target_path);
+        let staging = volume.staging.clone();
+        let volume_id = volume.record.volume_id.clone();
+        let holder = volume.holder.clone();
+        let own = self.settings.fd_holder.as_ref() == Some(&holder);
+        match self.take_over_one(volume, pods_dir).await {
+            Ok(()) => {
+                tracing::info!(volume_id, target = %target.display(),
+                    "took over a volume's live connection");
+                // Now kept by this plugin's holder (`mount` handed it over): the replaced
+                // pod's holder lets go, and exits once it keeps nothing.
+                if !own {
+                    release(&holder, &target);
+                }
+            }
+            Err(e) => {
+                tracing::error!(volume_id, target = %target.display(), error = %e,
+                    "cannot serve a volume whose connection was kept; unmounting it");
+                for path in [Some(target.clone()), staging].into_iter().flatten() {
+                    let _ = mountpoint::detach(&path);
+                }
+                release(&holder, &target);
+            }
+        }
+    }
+
+    async fn take_over_one(&self, volume: HeldVolume, pods_dir: &Path) -> Result<(), CsiError> {
+        let mut request = volume.record.to_request();
+        request.secrets = volume.secrets;
+        if let Some(tokens) = volume.tokens {
+            request
+                .volume_context
+                .insert(super::attributes::TOKENS_KEY.to_string(), tokens);
+        }
+        let args = publish_args(&request, pods_dir)?;
+        let _serialized = self.locks.lock(&args.volume_id).await;
+        let source = credential_source(
+            &args.attributes.auth,
+            &request.secrets,
+            &request.volume_context,
+        );
+        let resume = Resume {
+            fd: volume.fd,
+            kernel: volume.kernel,
+        };
+        self.mount(
+            args,
+            &request.secrets,
+            &request.volume_context,
+            source,
+            Some(resume),
+        )
+        .await
+    }
+}
+
+/// The volume's kernel-state journal: fresh, or (taking a connection over) the previous
+/// run's with what it recorded. `None` without an fd holder.
+pub(super) fn kernel_state(
+    settings: &NodeSettings,
+    volume_id: &str,
+    target: &Path,
+    resuming: bool,
+) -> Result<Option<(Arc<KernelState>, Restored, PathBuf)>, CsiError> {
+    if settings.fd_holder.is_none() {
+        return Ok(None);
+    }
+    let dir = settings
+        .kernel_state_dir
+        .join(staging_name(volume_id, target));
+    let fail = |source| CsiError::Io {
+        what: "cannot keep the kernel-state journal in",
+        path: dir.clone(),
+        source,
+    };
+    let (state, restored) = if resuming {
+        KernelState::resume(&dir).map_err(fail)?
+    } else {
+        (
+            KernelState::create(&dir).map_err(fail)?,
+            Restored::default(),
+        )
+    };
+    Ok(Some((Arc::new(state), restored, dir)))
 }

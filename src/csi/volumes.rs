@@ -23,15 +23,14 @@ use super::proto::volume_capability::access_mode::Mode;
 use super::request::{PublishArgs, publish_args};
 use super::service_account::KubeApi;
 use super::state::PublishedState;
-use super::takeover::{self, HeldVolume};
+use super::takeover::{self, Resume};
 use crate::config::BackendConfig;
 use crate::daemon::evictor::InodeEviction;
 use crate::daemon::mountpoint;
 use crate::daemon::session::{MountedSession, SessionOptions};
 use crate::daemon::{DaemonError, open_backend_settings, open_store_checked};
 use crate::engines::Engines;
-use crate::fs::{Backend, BackendSettings, Fs, FsOptions, KernelState, Restored};
-use crate::fuse::KernelInit;
+use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
 
 /// Temporary credentials are renewed at a republish once they have less than this left.
 const RENEW_BEFORE_EXPIRY: Duration = Duration::from_secs(15 * 60);
@@ -73,12 +72,6 @@ pub struct NodeSettings {
     pub kernel_state_dir: PathBuf,
 }
 
-/// A held connection to serve instead of mounting.
-struct Resume {
-    fd: std::os::fd::OwnedFd,
-    kernel: KernelInit,
-}
-
 struct Published {
     volume_id: String,
     mode: Mode,
@@ -100,11 +93,11 @@ struct Published {
 pub struct Volumes {
     engines: Engines,
     runtime: Handle,
-    settings: NodeSettings,
+    pub(super) settings: NodeSettings,
     published: Mutex<HashMap<PathBuf, Published>>,
     /// What was published, on disk, for a restarted plugin.
     state: PublishedState,
-    locks: VolumeLocks,
+    pub(super) locks: VolumeLocks,
     /// The Kubernetes API, for the role of a pod's ServiceAccount; connected at first use.
     kube: KubeApi,
 }
@@ -118,7 +111,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What the volume's credentials are derived from: a change means a republish must renew
 /// them. The service-account token counts only for volumes that authenticate with it, so that
 /// its rotation (every republish, with `requiresRepublish`) does not re-open every volume.
-fn credential_source(
+pub(super) fn credential_source(
     auth: &AuthSettings,
     secrets: &HashMap<String, String>,
     context: &HashMap<String, String>,
@@ -235,107 +228,9 @@ impl Volumes {
         }
     }
 
-    /// Serves again the volumes whose connections the fd holder kept (a previous run of the
-    /// plugin died or was restarted): their pods' requests waited and are answered now. A
-    /// volume that cannot be served is unmounted, so that its pods fail instead of waiting
-    /// forever, and the kubelet's next call decides.
-    pub async fn take_over(&self, held: Vec<HeldVolume>, pods_dir: &Path) {
-        // All at once: every volume's pods wait until theirs is served.
-        let each = held
-            .into_iter()
-            .map(|volume| self.take_over_or_end(volume, pods_dir));
-        futures::future::join_all(each).await;
-    }
-
-    /// Serves one held volume again, or (if that fails) ends its connection.
-    async fn take_over_or_end(&self, volume: HeldVolume, pods_dir: &Path) {
-        let target = PathBuf::from(&volume.record.target_path);
-        let staging = volume.staging.clone();
-        let volume_id = volume.record.volume_id.clone();
-        let holder = volume.holder.clone();
-        let own = self.settings.fd_holder.as_ref() == Some(&holder);
-        match self.take_over_one(volume, pods_dir).await {
-            Ok(()) => {
-                tracing::info!(volume_id, target = %target.display(),
-                    "took over a volume's live connection");
-                // Now kept by this plugin's holder (`mount` handed it over): the replaced
-                // pod's holder lets go, and exits once it keeps nothing.
-                if !own {
-                    takeover::release(&holder, &target);
-                }
-            }
-            Err(e) => {
-                tracing::error!(volume_id, target = %target.display(), error = %e,
-                    "cannot serve a volume whose connection was kept; unmounting it");
-                for path in [Some(target.clone()), staging].into_iter().flatten() {
-                    let _ = mountpoint::detach(&path);
-                }
-                takeover::release(&holder, &target);
-            }
-        }
-    }
-
-    async fn take_over_one(&self, volume: HeldVolume, pods_dir: &Path) -> Result<(), CsiError> {
-        let mut request = volume.record.to_request();
-        request.secrets = volume.secrets;
-        if let Some(tokens) = volume.tokens {
-            request
-                .volume_context
-                .insert(super::attributes::TOKENS_KEY.to_string(), tokens);
-        }
-        let args = publish_args(&request, pods_dir)?;
-        let _serialized = self.locks.lock(&args.volume_id).await;
-        let source = credential_source(
-            &args.attributes.auth,
-            &request.secrets,
-            &request.volume_context,
-        );
-        let resume = Resume {
-            fd: volume.fd,
-            kernel: volume.kernel,
-        };
-        self.mount(
-            args,
-            &request.secrets,
-            &request.volume_context,
-            source,
-            Some(resume),
-        )
-        .await
-    }
-
-    /// The volume's kernel-state journal: fresh, or (taking a connection over) the previous
-    /// run's with what it recorded. `None` without an fd holder.
-    fn kernel_state(
-        &self,
-        volume_id: &str,
-        target: &Path,
-        resuming: bool,
-    ) -> Result<Option<(Arc<KernelState>, Restored, PathBuf)>, CsiError> {
-        if self.settings.fd_holder.is_none() {
-            return Ok(None);
-        }
-        let dir = self
-            .settings
-            .kernel_state_dir
-            .join(staging_name(volume_id, target));
-        let fail = |source| CsiError::Io {
-            what: "cannot keep the kernel-state journal in",
-            path: dir.clone(),
-            source,
-        };
-        let (state, restored) = if resuming {
-            KernelState::resume(&dir).map_err(fail)?
-        } else {
-            (
-                KernelState::create(&dir).map_err(fail)?,
-                Restored::default(),
-            )
-        };
-        Ok(Some((Arc::new(state), restored, dir)))
-    }
-
-    async fn mount(
+    /// Mounts the volume `args` describes (or, with `resume`, serves again the connection an
+    /// fd holder kept: `takeover`) and records it as published.
+    pub(super) async fn mount(
         &self,
         args: PublishArgs,
         secrets: &HashMap<String, String>,
@@ -343,12 +238,7 @@ impl Volumes {
         credential_source: u64,
         resume: Option<Resume>,
     ) -> Result<(), CsiError> {
-        let max = self.settings.max_volumes;
-        if max > 0 && self.count() >= max {
-            return Err(CsiError::ResourceExhausted(format!(
-                "this node already serves {max} msfs volumes (--max-volumes)"
-            )));
-        }
+        self.check_capacity()?;
         // Attributes first (cheap, no network), then credentials, then the stores.
         args.attributes
             .backend_configs(&args.volume_id, &args.overrides, &Keys::Anonymous)?;
@@ -360,117 +250,26 @@ impl Volumes {
                 .zip(&backends)
                 .map(|(config, backend)| (config, backend.settings().store.clone())),
         );
-
-        let target = args.target.clone();
-        // A connection taken over is mounted already (touching it would wait for this very
-        // process to answer).
-        if resume.is_none() {
-            prepare_dir(&target)?;
-        }
-        let staging = args.attributes.backend_is_root.then(|| {
-            self.settings
-                .staging_dir
-                .join(staging_name(&args.volume_id, &target))
-        });
-        if let Some(staging) = &staging
-            && resume.is_none()
-        {
-            prepare_dir(staging)?;
-        }
-        let mount_at = staging.clone().unwrap_or_else(|| target.clone());
-        let options = FsOptions {
-            uid: configs.first().map_or(0, |c| c.uid),
-            gid: configs.first().map_or(0, |c| c.gid),
-            dir_perm: 0o555,
-            ttl: ENTRY_TTL,
-            inode_limit: self.engines.memory.inodes.join(self.settings.inode_limit),
-        };
-        let mut fs = Fs::new(options, self.engines.clone(), backends);
-        let journal = self.kernel_state(&args.volume_id, &target, resume.is_some())?;
-        if let Some((state, restored, _)) = &journal {
-            fs = fs.with_kernel_state(state.clone());
-            if resume.is_some() {
-                fs.restore(restored).await;
-            }
-        }
-        let fs = Arc::new(fs);
-        let session_options = SessionOptions {
-            name: format!("msfs:{}", args.volume_id),
-            // Pods run as any user; who may do what is decided by uid/gid and modes.
-            allow_other: true,
-            workers: self.settings.fuse_workers,
-            read_only: configs.iter().all(|c| c.readonly),
-            no_exec: false,
-            max_write: MAX_WRITE,
-            writeback_cache: self.settings.fuse_writeback_cache,
-            passthrough: self.settings.fuse_passthrough,
-            io_uring: self.settings.fuse_io_uring,
-            stall_warn: self.settings.fuse_stall_warn,
-            inode_eviction: self.settings.inode_eviction,
-        };
-        let runtime = self.runtime.clone();
-        let fs_for_session = fs.clone();
-        let at = mount_at.clone();
         let resuming = resume.is_some();
-        let mut session = tokio::task::spawn_blocking(move || match resume {
-            Some(resume) => MountedSession::resume(
-                fs_for_session,
-                runtime,
-                &at,
-                resume.fd,
-                resume.kernel,
-                &session_options,
-            ),
-            None => MountedSession::start(fs_for_session, runtime, &at, &session_options),
-        })
-        .await
-        .map_err(|e| CsiError::Internal(format!("mount task: {e}")))?
-        .map_err(|source| CsiError::Io {
-            what: "cannot mount FUSE at",
-            path: mount_at.clone(),
-            source,
-        })?;
+        let (target, staging) = self.mount_points(&args, resuming)?;
+        let (fs, kernel_state) = self.new_fs(&args, &configs, backends, resuming).await?;
+        let mount_at = staging.as_ref().unwrap_or(&target);
+        let options = self.session_options(&args, &configs);
+        let mut session = self.start_session(&fs, mount_at, resume, options).await?;
         if let Some(staging) = staging.as_ref().filter(|_| !resuming) {
-            let dir_name = configs
-                .first()
-                .map(|c| c.dir_name.clone())
-                .unwrap_or_default();
-            if let Err(source) = mounts::bind(&staging.join(&dir_name), &target) {
-                let _ = session.unmount();
-                tokio::task::spawn_blocking(move || session.join());
-                let _ = std::fs::remove_dir(staging);
-                return Err(CsiError::Io {
-                    what: "cannot bind-mount the volume onto",
-                    path: target,
-                    source,
-                });
-            }
+            session = bind_staging(session, staging, &configs, &target)?;
         }
         tracing::info!(volume_id = %args.volume_id, target = %target.display(),
             backends = configs.len(), "published");
-        // `warm` attribute: in the background, at the first publish only (a volume taken over
-        // after a restart was warmed by the process that published it).
-        let mut warming = Vec::new();
-        if let (false, Some(cache)) = (resuming, &self.engines.cache) {
-            for list in warm_lists {
-                let cache = cache.clone();
-                let task =
-                    tokio::spawn(async move { crate::warm::background::warm(&list, &cache).await });
-                warming.push(task.abort_handle());
-            }
-        }
+        // `warm` attribute: at the first publish only (a volume taken over after a restart was
+        // warmed by the process that published it).
+        let warming = if resuming {
+            Vec::new()
+        } else {
+            self.start_warming(warm_lists)
+        };
         if let Some(socket) = &self.settings.fd_holder {
-            takeover::keep(
-                socket,
-                session.fuse_fd(),
-                takeover::Keep {
-                    record: args.record.clone(),
-                    secrets,
-                    tokens: context.get(super::attributes::TOKENS_KEY).cloned(),
-                    kernel: session.kernel_init(),
-                    staging: staging.clone(),
-                },
-            );
+            takeover::keep_published(socket, &session, &args.record, secrets, context, &staging);
         }
         self.state.insert(args.record);
         let published = Published {
@@ -483,11 +282,132 @@ impl Volumes {
             fs,
             session,
             staging,
-            kernel_state: journal.map(|(_, _, dir)| dir),
+            kernel_state,
             warming,
         };
         lock(&self.published).insert(target, published);
         Ok(())
+    }
+
+    fn check_capacity(&self) -> Result<(), CsiError> {
+        let max = self.settings.max_volumes;
+        if max > 0 && self.count() >= max {
+            return Err(CsiError::ResourceExhausted(format!(
+                "this node already serves {max} msfs volumes (--max-volumes)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The target and, for a volume whose backend is its root, the staging directory mounted
+    /// instead and bind-mounted onto it; made ready unless `resuming` (a connection taken over
+    /// is mounted already: touching it would wait for this very process to answer).
+    fn mount_points(
+        &self,
+        args: &PublishArgs,
+        resuming: bool,
+    ) -> Result<(PathBuf, Option<PathBuf>), CsiError> {
+        let target = args.target.clone();
+        let staging = args.attributes.backend_is_root.then(|| {
+            self.settings
+                .staging_dir
+                .join(staging_name(&args.volume_id, &target))
+        });
+        if !resuming {
+            prepare_dir(&target)?;
+            if let Some(staging) = &staging {
+                prepare_dir(staging)?;
+            }
+        }
+        Ok((target, staging))
+    }
+
+    /// The volume's `Fs`, with its kernel-state journal when an fd holder keeps its connection
+    /// (the state restored from it when `resuming`); and where that journal lives.
+    async fn new_fs(
+        &self,
+        args: &PublishArgs,
+        configs: &[BackendConfig],
+        backends: Vec<Arc<Backend>>,
+        resuming: bool,
+    ) -> Result<(Arc<Fs>, Option<PathBuf>), CsiError> {
+        let options = FsOptions {
+            uid: configs.first().map_or(0, |c| c.uid),
+            gid: configs.first().map_or(0, |c| c.gid),
+            dir_perm: 0o555,
+            ttl: ENTRY_TTL,
+            inode_limit: self.engines.memory.inodes.join(self.settings.inode_limit),
+        };
+        let mut fs = Fs::new(options, self.engines.clone(), backends);
+        let journal =
+            takeover::kernel_state(&self.settings, &args.volume_id, &args.target, resuming)?;
+        let Some((state, restored, dir)) = journal else {
+            return Ok((Arc::new(fs), None));
+        };
+        fs = fs.with_kernel_state(state);
+        if resuming {
+            fs.restore(&restored).await;
+        }
+        Ok((Arc::new(fs), Some(dir)))
+    }
+
+    fn session_options(&self, args: &PublishArgs, configs: &[BackendConfig]) -> SessionOptions {
+        SessionOptions {
+            name: format!("msfs:{}", args.volume_id),
+            // Pods run as any user; who may do what is decided by uid/gid and modes.
+            allow_other: true,
+            workers: self.settings.fuse_workers,
+            read_only: configs.iter().all(|c| c.readonly),
+            no_exec: false,
+            max_write: MAX_WRITE,
+            writeback_cache: self.settings.fuse_writeback_cache,
+            passthrough: self.settings.fuse_passthrough,
+            io_uring: self.settings.fuse_io_uring,
+            stall_warn: self.settings.fuse_stall_warn,
+            inode_eviction: self.settings.inode_eviction,
+        }
+    }
+
+    /// Mounts FUSE at `mount_at`, or serves the connection `resume` holds, off the runtime.
+    async fn start_session(
+        &self,
+        fs: &Arc<Fs>,
+        mount_at: &Path,
+        resume: Option<Resume>,
+        options: SessionOptions,
+    ) -> Result<MountedSession, CsiError> {
+        let (fs, runtime, at) = (fs.clone(), self.runtime.clone(), mount_at.to_path_buf());
+        tokio::task::spawn_blocking(move || match resume {
+            Some(resume) => {
+                MountedSession::resume(fs, runtime, &at, resume.fd, resume.kernel, &options)
+            }
+            None => MountedSession::start(fs, runtime, &at, &options),
+        })
+        .await
+        .map_err(|e| CsiError::Internal(format!("mount task: {e}")))?
+        .map_err(|source| CsiError::Io {
+            what: "cannot mount FUSE at",
+            path: mount_at.to_path_buf(),
+            source,
+        })
+    }
+
+    /// The `warm` attribute's fetches, in the background.
+    fn start_warming(
+        &self,
+        lists: Vec<crate::warm::background::WarmList>,
+    ) -> Vec<tokio::task::AbortHandle> {
+        let Some(cache) = &self.engines.cache else {
+            return Vec::new();
+        };
+        lists
+            .into_iter()
+            .map(|list| {
+                let cache = cache.clone();
+                tokio::spawn(async move { crate::warm::background::warm(&list, &cache).await })
+                    .abort_handle()
+            })
+            .collect()
     }
 
     /// Opens and checks every backend concurrently; the first failure fails the publish.
@@ -778,6 +698,31 @@ impl Volumes {
     }
 }
 
+/// Bind-mounts the volume's backend directory in its staging mount onto `target`. On failure
+/// the session is unmounted and the staging directory removed.
+fn bind_staging(
+    mut session: MountedSession,
+    staging: &Path,
+    configs: &[BackendConfig],
+    target: &Path,
+) -> Result<MountedSession, CsiError> {
+    let dir_name = configs
+        .first()
+        .map(|c| c.dir_name.clone())
+        .unwrap_or_default();
+    if let Err(source) = mounts::bind(&staging.join(&dir_name), target) {
+        let _ = session.unmount();
+        tokio::task::spawn_blocking(move || session.join());
+        let _ = std::fs::remove_dir(staging);
+        return Err(CsiError::Io {
+            what: "cannot bind-mount the volume onto",
+            path: target.to_path_buf(),
+            source,
+        });
+    }
+    Ok(session)
+}
+
 /// CSI's SINGLE_NODE_SINGLE_WRITER: such a volume is published at one target at a time.
 fn check_single_writer(
     published: &HashMap<PathBuf, Published>,
@@ -825,7 +770,7 @@ fn prepare_dir(path: &Path) -> Result<(), CsiError> {
 }
 
 /// A staging directory name unique per (volume, target).
-fn staging_name(volume_id: &str, target: &Path) -> String {
+pub(super) fn staging_name(volume_id: &str, target: &Path) -> String {
     let mut hasher = DefaultHasher::new();
     target.hash(&mut hasher);
     format!("{volume_id}-{:016x}", hasher.finish())

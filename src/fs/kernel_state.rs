@@ -578,6 +578,77 @@ mod tests {
         std::fs::write(path, body).expect("write");
     }
 
+    /// The sample journal (`tests/fixtures/formats/kernel-state`): a base written by a
+    /// compaction, then a log of every kind of record after it.
+    fn write_kernel_state_sample() -> Restored {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = KernelState::create(dir.path()).expect("create");
+        let mut expected = Restored::default();
+        let append = |record: Record, expected: &mut Restored| {
+            expected.apply(record.clone());
+            state.append(&record);
+        };
+        append(node(2, 1, "a"), &mut expected);
+        append(node(3, 1, "b"), &mut expected);
+        append(file(7, 3), &mut expected);
+        state
+            .compact(|out| expected.write_to(out))
+            .expect("compact");
+        for record in [
+            node(4, 2, "name with \"quotes\" and \u{e9}"),
+            Record::Moved {
+                ino: 3,
+                parent: 2,
+                name: "c".into(),
+                path: "a/c".into(),
+            },
+            node(5, 1, "gone"),
+            Record::Unnamed {
+                parent: 1,
+                name: "gone".into(),
+            },
+            Record::Forgotten { ino: 5 },
+            file(8, 4),
+            Record::Closed { fh: 7 },
+            Record::Dir { fh: 9, ino: 2 },
+            Record::Dir { fh: 10, ino: 1 },
+            Record::DirClosed { fh: 10 },
+        ] {
+            append(record, &mut expected);
+        }
+        drop(state);
+        crate::format_fixtures::store("kernel-state", dir.path());
+        expected
+    }
+
+    #[test]
+    fn the_kernel_state_sample_is_restored_as_it_was_recorded() {
+        if crate::format_fixtures::writing() {
+            write_kernel_state_sample();
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::format_fixtures::copy_to("kernel-state", dir.path());
+        let (_state, restored) = KernelState::resume(dir.path()).expect("resume");
+        assert_eq!(
+            restored.nodes.keys().copied().collect::<Vec<_>>(),
+            [2, 3, 4]
+        );
+        assert_eq!(restored.nodes[&3].path, "a/c");
+        assert_eq!(restored.nodes[&4].name, "name with \"quotes\" and \u{e9}");
+        assert_eq!(restored.names.get(&(2, "c".into())), Some(&3));
+        assert_eq!(restored.names.get(&(1, "b".into())), None);
+        assert_eq!(restored.names.get(&(1, "gone".into())), None);
+        assert_eq!(restored.files.keys().copied().collect::<Vec<_>>(), [8]);
+        assert_eq!(
+            restored.files[&8],
+            match file(8, 4) {
+                Record::File(f) => f,
+                _ => unreachable!(),
+            }
+        );
+        assert_eq!(restored.dirs.iter().collect::<Vec<_>>(), [(&9, &2)]);
+    }
+
     #[test]
     fn a_compaction_cut_short_at_either_step_loses_nothing() {
         // Killed after the swap, before the base: both logs count, oldest first.

@@ -3,27 +3,32 @@
 //! The base manifest is an immutable snapshot. Every change committed to the object store
 //! through the mount is appended here afterwards as an *upsert* (a file with its new attributes,
 //! or a directory) or a *tombstone*, so a later mount sees the namespace as it is without
-//! listing it again. The log is `<manifest>/_msfs_delta/delta.log`: an 8-byte magic, then
-//! records framed as `[payload length u32][CRC-32 of payload u32][payload]` (little-endian), each
-//! payload `[path length u32][path][attributes]` in the codec's form, or a single tombstone tag
-//! for a deletion. A crash can tear only the last record; replay stops at the first record whose
-//! frame or checksum does not add up and cuts the file there, so the next append starts clean.
-//! Each append is fsynced before the mount replies: an acknowledged change survives a crash.
+//! listing it again. The log is `<manifest>/_msfs_delta/delta.log`, a framed log
+//! (`crate::framed_log`) whose magic is `MSFSDLT1`, each record's body `[path length u32][path]
+//! [attributes]` in the codec's form, or a single tombstone tag for a deletion. A crash can tear
+//! only the last record; replay stops at the first record whose frame or checksum does not add
+//! up and cuts the file there, so the next append starts clean. Each append is fsynced before
+//! the mount replies: an acknowledged change survives a crash.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read as _, Write};
 use std::path::{Path, PathBuf};
 
 use super::codec::{decode, encode};
 use super::format::EntryKind;
+use crate::framed_log::{self, Layout, Read, Sync};
 
 pub const DELTA_DIR: &str = "_msfs_delta";
 const LOG_FILE: &str = "delta.log";
-const MAGIC: &[u8; 8] = b"MSFSDLT1";
+/// A record larger than 1 MiB cannot be ours (paths are at most a few KiB): it is torn.
+const LAYOUT: Layout = Layout {
+    header: framed_log::Header::Magic { family: b"MSFSDLT" },
+    version: 1,
+    reads: &[1],
+    max_body: 1 << 20,
+};
 const TOMBSTONE_TAG: u8 = 2;
-/// A record larger than this cannot be ours (paths are at most a few KiB): treat it as torn.
-const MAX_RECORD: u32 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeltaError {
@@ -43,8 +48,12 @@ pub enum Change {
 /// An open delta log, positioned for appending.
 #[derive(Debug)]
 pub struct DeltaLog {
+    /// Opened for appending.
     file: File,
     path: PathBuf,
+    /// Bytes of the magic and the whole records: where a record that fails halfway is cut
+    /// back to.
+    len: u64,
 }
 
 impl DeltaLog {
@@ -60,34 +69,37 @@ impl DeltaLog {
         fs::create_dir_all(&dir).map_err(io_error)?;
         let mut file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .append(true)
             .create(true)
             .truncate(false)
             .open(&path)
             .map_err(io_error)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io_error)?;
-        // A crash while the magic itself was written leaves a part of it: a log that never held
-        // a record, torn like any last write, so it starts again instead of being refused.
-        if !bytes.is_empty() && bytes.len() < MAGIC.len() && MAGIC.starts_with(&bytes) {
-            file.set_len(0).map_err(io_error)?;
-            file.seek(SeekFrom::Start(0)).map_err(io_error)?;
-            bytes.clear();
-        }
-        if bytes.is_empty() {
-            file.write_all(MAGIC).map_err(io_error)?;
-            file.sync_all().map_err(io_error)?;
-            return Ok((DeltaLog { file, path }, Overlay::default()));
-        }
-        if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-            return Err(DeltaError::BadHeader { path });
-        }
+        let frames = match LAYOUT.read(&bytes) {
+            Read::Log { frames, .. } => frames,
+            Read::Foreign => return Err(DeltaError::BadHeader { path }),
+            // A crash while the magic itself was written leaves a part of it: a log that never
+            // held a record, torn like any last write, so it starts again instead of being
+            // refused.
+            Read::Empty | Read::Torn => {
+                let magic = LAYOUT.magic();
+                file.set_len(0).map_err(io_error)?;
+                file.write_all(&magic).map_err(io_error)?;
+                file.sync_all().map_err(io_error)?;
+                let len = magic.len() as u64;
+                return Ok((DeltaLog { file, path, len }, Overlay::default()));
+            }
+        };
         let mut overlay = Overlay::default();
-        let mut offset = MAGIC.len();
+        let mut offset = frames.start() as usize;
         let mut records = 0u64;
-        while let Some((path, change, next)) = read_record(&bytes, offset) {
+        for (body, end) in frames {
+            let Some((path, change)) = parse(body) else {
+                break;
+            };
             overlay.apply(path, change);
-            offset = next;
+            offset = end as usize;
             records += 1;
         }
         if offset < bytes.len() {
@@ -100,8 +112,8 @@ impl DeltaLog {
             file.set_len(offset as u64).map_err(io_error)?;
             file.sync_all().map_err(io_error)?;
         }
-        file.seek(SeekFrom::End(0)).map_err(io_error)?;
-        Ok((DeltaLog { file, path }, overlay))
+        let len = offset as u64;
+        Ok((DeltaLog { file, path, len }, overlay))
     }
 
     /// Appends one change and makes it durable.
@@ -113,33 +125,21 @@ impl DeltaLog {
             Change::Upsert(kind) => payload.extend_from_slice(&encode(kind)),
             Change::Deleted => payload.push(TOMBSTONE_TAG),
         }
-        let mut record = Vec::with_capacity(payload.len() + 8);
-        record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        record.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        record.extend_from_slice(&payload);
-        let io_error = |source| DeltaError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        self.file.write_all(&record).map_err(io_error)?;
-        self.file.sync_data().map_err(io_error)
+        let frame = framed_log::frame(&payload);
+        framed_log::append(&self.file, self.len, &frame, Sync::Data).map_err(|e| {
+            DeltaError::Io {
+                path: self.path.clone(),
+                source: e.error,
+            }
+        })?;
+        self.len += frame.len() as u64;
+        Ok(())
     }
 }
 
-/// The record at `offset`: its path, change and the offset after it; `None` at the end or at a
-/// torn or corrupt record.
-fn read_record(bytes: &[u8], offset: usize) -> Option<(String, Change, usize)> {
-    let header = bytes.get(offset..offset + 8)?;
-    let len = u32::from_le_bytes(header[0..4].try_into().ok()?);
-    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
-    if len > MAX_RECORD {
-        return None;
-    }
-    let end = offset + 8 + len as usize;
-    let payload = bytes.get(offset + 8..end)?;
-    if crc32fast::hash(payload) != crc {
-        return None;
-    }
+/// The path and change a record's body holds; `None` if it does not parse (then it ends the
+/// log).
+fn parse(payload: &[u8]) -> Option<(String, Change)> {
     let path_len = u32::from_le_bytes(payload.get(0..4)?.try_into().ok()?) as usize;
     let path = std::str::from_utf8(payload.get(4..4 + path_len)?).ok()?;
     let rest = payload.get(4 + path_len..)?;
@@ -148,7 +148,7 @@ fn read_record(bytes: &[u8], offset: usize) -> Option<(String, Change, usize)> {
     } else {
         Change::Upsert(decode(rest)?)
     };
-    Some((path.to_string(), change, end))
+    Some((path.to_string(), change))
 }
 
 /// The latest change of every path the log mentions, laid over the base manifest by lookups
@@ -307,6 +307,61 @@ mod tests {
             .to_string();
         assert!(error.contains("bad header"), "{error}");
         assert_eq!(fs::read(&path).expect("read"), b"not a log at all");
+    }
+
+    /// The changes the delta-log sample (`tests/fixtures/formats/delta-v1`) holds, in order.
+    fn sample_changes() -> Vec<(&'static str, Change)> {
+        let owner = crate::manifest::format::Ownership {
+            perm: 0o750,
+            uid: 1234,
+            gid: 100,
+        };
+        vec![
+            ("a/x", file(1)),
+            ("a/x", file(2)),
+            ("b", Change::Upsert(EntryKind::DIR)),
+            (
+                "b/owned",
+                Change::Upsert(file_kind(3).with_owner(Some(owner))),
+            ),
+            ("c\twith tab", file(4)),
+            ("gone", Change::Deleted),
+        ]
+    }
+
+    fn file_kind(size: u64) -> EntryKind {
+        match file(size) {
+            Change::Upsert(kind) => kind,
+            Change::Deleted => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_delta_log_sample_replays_to_the_changes_it_holds() {
+        if crate::format_fixtures::writing() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (mut log, _) = DeltaLog::open(dir.path()).expect("open");
+            for (path, change) in sample_changes() {
+                log.append(path, &change).expect("append");
+            }
+            drop(log);
+            crate::format_fixtures::store("delta-v1", &dir.path().join(DELTA_DIR));
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::format_fixtures::copy_to("delta-v1", &dir.path().join(DELTA_DIR));
+        let (_, overlay) = DeltaLog::open(dir.path()).expect("open the sample");
+        let mut expected = Overlay::default();
+        for (path, change) in sample_changes() {
+            expected.apply(path.to_string(), change);
+        }
+        assert_eq!(overlay.changes, expected.changes);
+        assert_eq!(overlay.get("a/x"), Some(&file(2)));
+        let path = dir.path().join(DELTA_DIR).join(LOG_FILE);
+        assert_eq!(
+            fs::read(&path).expect("read"),
+            fs::read(crate::format_fixtures::path("delta-v1").join(LOG_FILE)).expect("sample"),
+            "a whole log is read as it is, not repaired"
+        );
     }
 
     #[test]

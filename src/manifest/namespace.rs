@@ -353,6 +353,120 @@ mod tests {
         info.write(root).expect("info");
     }
 
+    /// The directories of the manifest sample (`tests/fixtures/formats/manifest`), with their
+    /// rows: escaped names, owners, a top-level directory whose TSV name is escaped.
+    fn sample_dirs() -> Vec<(&'static str, Vec<Entry>)> {
+        let owner = Ownership {
+            perm: 0o750,
+            uid: 1234,
+            gid: 100,
+        };
+        vec![
+            (
+                "",
+                vec![
+                    Entry::dir("_under"),
+                    Entry::dir("d").owned(Some(owner)),
+                    Entry::file("tab\there", 5, "\"etag-5\"", at(5)),
+                    Entry::file("top", 1, "e1", at(1)),
+                ],
+            ),
+            (
+                "_under",
+                vec![Entry::file("back\\slash\nnewline", 2, "e2", at(2))],
+            ),
+            (
+                "d",
+                vec![
+                    Entry::file("a", 3, "e3-1", at(1_700_000_000)).owned(Some(owner)),
+                    Entry::file("b%c", 4, "e4", at(4)),
+                ],
+            ),
+        ]
+    }
+
+    /// Writes the manifest sample: the TSVs and `manifest_index.json`, the index built from
+    /// them, and a delta log of one upsert and one deletion.
+    fn write_manifest_sample() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (path, entries) in sample_dirs() {
+            write_dir_file(dir.path(), path, &entries).expect("tsv");
+        }
+        ManifestInfo {
+            sorted_rows: true,
+            ..ManifestInfo::for_test()
+        }
+        .write(dir.path())
+        .expect("info");
+        let manifest = Manifest::open(dir.path(), true)
+            .expect("open")
+            .expect("some");
+        manifest.load_or_build_index().expect("index");
+        manifest
+            .record("_under/new", Change::Upsert(file(9)))
+            .expect("record");
+        manifest.record("top", Change::Deleted).expect("record");
+        drop(manifest);
+        crate::format_fixtures::store("manifest", dir.path());
+    }
+
+    /// Every directory of the sample as the manifest shows it (base and delta).
+    fn assert_is_the_sample(manifest: &Manifest) {
+        for (path, entries) in sample_dirs() {
+            let listed = manifest.list(path).expect("list");
+            for entry in entries {
+                let shown = if path.is_empty() && entry.name == "top" {
+                    None
+                } else {
+                    Some(&entry.kind)
+                };
+                assert_eq!(listed.get(&entry.name), shown, "{path}/{}", entry.name);
+                let looked_up = manifest.lookup(path, &entry.name).expect("lookup");
+                assert_eq!(looked_up.as_ref(), shown, "{path}/{}", entry.name);
+            }
+        }
+        assert_eq!(
+            manifest.lookup("_under", "new").expect("lookup"),
+            Some(file(9))
+        );
+    }
+
+    #[test]
+    fn the_manifest_sample_is_served_from_its_tsvs_its_index_and_its_delta_log() {
+        if crate::format_fixtures::writing() {
+            write_manifest_sample();
+        }
+        // From the TSV files, as before the index is built.
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::format_fixtures::copy_to("manifest", dir.path());
+        std::fs::remove_file(dir.path().join(INDEX_DB)).expect("remove the index");
+        let manifest = Manifest::open(dir.path(), false)
+            .expect("open")
+            .expect("some");
+        assert_eq!(
+            manifest.info().totals.objects,
+            ManifestInfo::for_test().totals.objects
+        );
+        assert!(!manifest.index_ready());
+        assert_is_the_sample(&manifest);
+
+        // From the index the sample holds, used as it is, not rebuilt.
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::format_fixtures::copy_to("manifest", dir.path());
+        let info = ManifestInfo::read(dir.path()).expect("read").expect("some");
+        let index = Index::open_complete(&dir.path().join(INDEX_DB), &info).expect("open");
+        assert!(
+            index.is_some(),
+            "the sample's index is complete and current"
+        );
+        let manifest = Manifest::open(dir.path(), false)
+            .expect("open")
+            .expect("some");
+        manifest.load_or_build_index().expect("index");
+        assert!(manifest.index_ready());
+        assert_is_the_sample(&manifest);
+    }
+
     fn names(map: &BTreeMap<String, EntryKind>) -> Vec<&str> {
         map.keys().map(String::as_str).collect()
     }

@@ -98,7 +98,7 @@ pub(super) struct State {
     /// times); empty for backends without.
     pub metadata: Metadata,
     /// Bumped by every change of `metadata`: a commit that sent an older one fixes it up after
-    /// landing (`commit::settle_metadata`) rather than sending the bytes again.
+    /// landing (`commit/rebase.rs`: `settle_metadata`) rather than sending the bytes again.
     pub metadata_version: u64,
     /// A background commit failure fsync has not reported yet.
     pub failure: Option<String>,

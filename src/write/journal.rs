@@ -284,6 +284,40 @@ mod tests {
         dir
     }
 
+    /// The entries of the upload-journal sample (`tests/fixtures/formats/upload-journal`).
+    fn sample_entries() -> Vec<Entry> {
+        ["dir/big file", "other"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, key)| Entry {
+                version: FORMAT_VERSION,
+                store: "s3:http://127.0.0.1:9000/bucket".into(),
+                key: key.into(),
+                upload_id: format!("upload-{i}"),
+                started: 1_700_000_000 + i as u64,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_upload_journal_sample_is_read_as_written() {
+        if crate::format_fixtures::writing() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            for entry in sample_entries() {
+                write_entry(dir.path(), &entry).expect("write entry");
+            }
+            crate::format_fixtures::store("upload-journal", dir.path());
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::format_fixtures::copy_to("upload-journal", dir.path());
+        let mut read: Vec<Entry> = read_entries(dir.path(), true)
+            .into_iter()
+            .map(|(_, entry)| entry)
+            .collect();
+        read.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(read, sample_entries());
+    }
+
     fn stores(root: &Path) -> (Arc<TestStore>, Arc<TestStore>) {
         let (a, b) = (root.join("a"), root.join("b"));
         std::fs::create_dir(&a).expect("mkdir");

@@ -820,3 +820,95 @@ async fn a_recovered_file_rewritten_whole_commits_over_a_replaced_base() {
         assert!(!file.is_dirty());
     }
 }
+
+/// The file the spill samples hold (`tests/fixtures/formats/spill-v*`): its key, its bytes,
+/// its mtime and its metadata.
+fn spill_sample() -> (&'static str, Vec<u8>, SystemTime, crate::store::Metadata) {
+    let mut model = Vec::new();
+    model_write(&mut model, 0, &pattern(300, 2));
+    model_write(&mut model, 100, &pattern(50, 3));
+    model_write(&mut model, 500, &pattern(20, 4));
+    model.truncate(450);
+    model_write(&mut model, 460, &pattern(5, 5));
+    let mtime = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+    let metadata = crate::store::Metadata::from([("mode".to_string(), "33188".to_string())]);
+    ("sample file", model, mtime, metadata)
+}
+
+/// The dead process's directory in a spill sample (its PID above the kernel's largest).
+const SAMPLE_DIR: &str = "msfs-spill-4194400-00000000deadbeef";
+
+/// Writes the spill samples with this build: the current format as a killed process leaves
+/// it, and format 1, the same log with its header's format field at 1 (format 2 only added
+/// the commit-starting record, which this file never got).
+async fn write_spill_samples() {
+    let n = node();
+    let (key, model, mtime, metadata) = spill_sample();
+    let first = n.engine();
+    let file = first.create(target(&n.a, key)).await;
+    file.set_metadata(metadata);
+    for (offset, data) in [
+        (0, pattern(300, 2)),
+        (100, pattern(50, 3)),
+        (500, pattern(20, 4)),
+    ] {
+        first.write(&file, offset, &data).await.expect("write");
+    }
+    first.truncate(&file, 450).expect("truncate");
+    first
+        .write(&file, 460, &pattern(5, 5))
+        .await
+        .expect("write");
+    file.set_mtime(mtime);
+    assert_eq!(read_all(&first, &file).await, model);
+    let spill = only_spill(&first);
+    kill(first, vec![file]).await;
+
+    let out = tempfile::tempdir().expect("out");
+    let v2 = out.path().join("v2").join(SAMPLE_DIR).join("0");
+    std::fs::create_dir_all(&v2).expect("mkdir");
+    for name in ["data", "log"] {
+        std::fs::copy(spill.join(name), v2.join(name)).expect("copy");
+    }
+    crate::format_fixtures::store("spill-v2", &out.path().join("v2"));
+
+    let v1 = out.path().join("v1").join(SAMPLE_DIR).join("0");
+    std::fs::create_dir_all(&v1).expect("mkdir");
+    std::fs::copy(spill.join("data"), v1.join("data")).expect("copy");
+    let mut log = std::fs::read(spill.join("log")).expect("log");
+    // The header frame: length, CRC-32, then the tag byte and the format field.
+    log[9..13].copy_from_slice(&1u32.to_le_bytes());
+    let len = u32::from_le_bytes(log[0..4].try_into().expect("len")) as usize;
+    let crc = crc32fast::hash(&log[8..8 + len]);
+    log[4..8].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(v1.join("log"), log).expect("write");
+    crate::format_fixtures::store("spill-v1", &out.path().join("v1"));
+}
+
+/// A spill sample of each format read is recovered by this build: the file's bytes, mtime and
+/// metadata as the killed process left them, and committed.
+#[tokio::test]
+async fn the_spill_samples_of_every_format_read_are_recovered() {
+    if crate::format_fixtures::writing() {
+        write_spill_samples().await;
+    }
+    let (key, model, mtime, metadata) = spill_sample();
+    for sample in ["spill-v1", "spill-v2"] {
+        let n = node();
+        crate::format_fixtures::copy_to(sample, n.parent.path());
+        let engine = n.engine();
+        assert_eq!(
+            engine.recover_spills(n.a.as_ref(), all_of(&n.a)).await,
+            1,
+            "{sample}"
+        );
+        let file = engine.find("s3:a", key).expect("recovered");
+        assert_eq!(read_all(&engine, &file).await, model, "{sample}");
+        assert_eq!(file.meta().mtime, mtime, "{sample}");
+        assert_eq!(file.metadata(), metadata, "{sample}");
+        // The test store keeps no object metadata: the bytes are what is committed here.
+        file.set_metadata(crate::store::Metadata::new());
+        engine.commit(&file).await.expect("commit");
+        assert_eq!(n.stored(key), Some(model.clone()), "{sample}");
+    }
+}

@@ -53,7 +53,7 @@ mod recover;
 mod spare;
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,6 +61,7 @@ use std::time::SystemTime;
 
 use super::WriteError;
 use super::file::State;
+use crate::framed_log;
 use open_logs::Slot;
 
 pub(super) use landed::check_base;
@@ -133,24 +134,21 @@ impl SpillLog {
         appended
     }
 
-    /// Writes one record's `frame` at the end of `log`; one that fails halfway is cut back off.
-    fn write_frame(&mut self, mut log: &File, frame: &[u8]) -> io::Result<()> {
-        let error = match log.write(frame) {
-            Ok(n) if n == frame.len() => {
-                self.len += n as u64;
-                return Ok(());
+    /// Writes one record's `frame` at the end of `log` (`framed_log::append`: one that fails
+    /// halfway is cut back off). Not fsynced: see the module docs.
+    fn write_frame(&mut self, log: &File, frame: &[u8]) -> io::Result<()> {
+        match framed_log::append(log, self.len, frame, framed_log::Sync::PageCache) {
+            Ok(()) => {
+                self.len += frame.len() as u64;
+                Ok(())
             }
-            Ok(n) => io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("wrote {n} of a record's {} bytes", frame.len()),
-            ),
-            Err(e) => e,
-        };
-        // A partial record would end the log for recovery and hide every record after it.
-        if log.set_len(self.len).is_err() {
-            self.broken = true;
+            Err(e) => {
+                // A partial record would end the log for recovery and hide every record after
+                // it.
+                self.broken |= e.broken;
+                Err(at(&self.dir.join(LOG), e.error))
+            }
         }
-        Err(at(&self.dir.join(LOG), error))
     }
 
     /// Empties the log (a spare's is empty), through the kept descriptor if there is one.

@@ -1,8 +1,8 @@
-//! The spill log's records: how each change of a file's state is framed on disk, and how a log
-//! is read back (up to its first torn record) and replayed into the state it describes.
+//! The spill log's records: what each change of a file's state is on disk, and how a log is
+//! read back (up to its first torn record) and replayed into the state it describes.
 //!
-//! A frame is `len | crc32(body) | body`, the two heads little-endian u32s. A body starts with
-//! a tag byte; integers are little-endian, strings a u32 length and UTF-8 bytes, times an i64
+//! A spill log is a framed log (`crate::framed_log`: `len | crc32(body) | body`, versioned by
+//! its first frame, the header). A body starts with a tag byte; integers are little-endian, strings a u32 length and UTF-8 bytes, times an i64
 //! count of seconds and a u32 of nanoseconds from the Unix epoch:
 //!
 //! - `H` header: format (u32), store id, backend, key, base (0, or 1 then key, ETag, size),
@@ -20,19 +20,20 @@ use std::ops::Range;
 use std::time::{Duration, SystemTime};
 
 use crate::cache::ObjectVersion;
+use crate::framed_log::{self, Frames, Layout, Read};
 use crate::store::Metadata;
 use crate::write::Extents;
 use crate::write::file::{State, Target};
 
-/// Bumped whenever a record's layout changes; logs of another format are left alone. Format 2
-/// added the `S` record; format 1 logs (without it) are read too.
-const FORMAT: u32 = 2;
-const FORMATS_READ: [u32; 2] = [1, 2];
-/// No record is anywhere near this long (keys are at most 1,024 bytes): a length past it is
-/// a torn or foreign frame, not an allocation to attempt.
-const MAX_RECORD: usize = 64 << 10;
-/// Length and CRC-32, each a little-endian u32.
-const FRAME_HEAD: usize = 8;
+/// The version is bumped whenever a record's layout changes; logs of another version are
+/// left alone. Version 2 added the `S` record; version 1 logs (without it) are read too. No
+/// record is anywhere near 64 KiB (keys are at most 1,024 bytes).
+const LAYOUT: Layout = Layout {
+    header: framed_log::Header::FirstFrame { tag: TAG_HEADER },
+    version: 2,
+    reads: &[1, 2],
+    max_body: 64 << 10,
+};
 
 /// What a file's log starts with: enough to rebuild the file over its base object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,15 +110,14 @@ const TAG_FAILURE: u8 = b'F';
 const TAG_COMMIT_STARTING: u8 = b'S';
 
 impl Record {
-    /// The record as appended: `len | crc32(body) | body`, then the body (little-endian
-    /// integers, strings as a u32 length and UTF-8 bytes, times as i64 seconds and u32
-    /// nanoseconds from the Unix epoch).
+    /// The record as appended: its frame around its body (little-endian integers, strings as
+    /// a u32 length and UTF-8 bytes, times as i64 seconds and u32 nanoseconds from the Unix
+    /// epoch).
     pub(in crate::write) fn frame(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(64);
         match self {
             Record::Header(h) => {
-                body.push(TAG_HEADER);
-                put_u32(&mut body, FORMAT);
+                body = LAYOUT.header_body();
                 put_str(&mut body, &h.store);
                 put_str(&mut body, &h.backend);
                 put_str(&mut body, &h.key);
@@ -181,11 +181,7 @@ impl Record {
                 }
             }
         }
-        let mut frame = Vec::with_capacity(FRAME_HEAD + body.len());
-        put_u32(&mut frame, body.len() as u32);
-        put_u32(&mut frame, crc32fast::hash(&body));
-        frame.extend_from_slice(&body);
-        frame
+        framed_log::frame(&body)
     }
 
     /// The record whose body is `body` (its frame checked already); `None` if it does not
@@ -194,7 +190,7 @@ impl Record {
         let mut r = Reader(body);
         let record = match r.u8()? {
             TAG_HEADER => {
-                if !FORMATS_READ.contains(&r.u32()?) {
+                if !LAYOUT.reads.contains(&r.u32()?) {
                     return None;
                 }
                 let (store, backend, key) = (r.string()?, r.string()?, r.string()?);
@@ -350,28 +346,18 @@ impl Reader<'_> {
     }
 }
 
-/// The records of a log, in order, up to the first that is cut short or does not check out;
-/// with the length they take.
-fn records(log: &[u8]) -> (Vec<Record>, u64) {
-    let (mut records, mut at) = (Vec::new(), 0usize);
-    while log.len() - at >= FRAME_HEAD {
-        let len = u32::from_le_bytes([log[at], log[at + 1], log[at + 2], log[at + 3]]) as usize;
-        let crc = u32::from_le_bytes([log[at + 4], log[at + 5], log[at + 6], log[at + 7]]);
-        let start = at + FRAME_HEAD;
-        if len > MAX_RECORD || log.len() - start < len {
-            break;
-        }
-        let body = &log[start..start + len];
-        if crc32fast::hash(body) != crc {
-            break;
-        }
+/// The records of a log's frames, in order, up to the first that does not parse; with the
+/// length they take.
+fn records(frames: Frames<'_>) -> (Vec<Record>, u64) {
+    let (mut records, mut end) = (Vec::new(), frames.start());
+    for (body, at) in frames {
         let Some(record) = Record::parse(body) else {
             break;
         };
         records.push(record);
-        at = start + len;
+        end = at;
     }
-    (records, at as u64)
+    (records, end)
 }
 
 /// A file's state as its log tells it: its header as changed by the records after it, and
@@ -446,13 +432,15 @@ pub(in crate::write) enum Parsed {
 /// Replays a log onto its header: the same changes `State::record_write` and
 /// `State::record_truncate` and a commit's rebase made to the file, in the same order.
 pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
-    let (records, valid_len) = records(log);
+    let frames = match LAYOUT.read(log) {
+        Read::Log { frames, .. } => frames,
+        Read::Foreign => return Parsed::Foreign,
+        Read::Empty | Read::Torn => return Parsed::Torn,
+    };
+    let (records, valid_len) = records(frames);
     let mut records = records.into_iter();
-    let header = match records.next() {
-        Some(Record::Header(header)) => header,
-        Some(_) => return Parsed::Torn,
-        None if is_foreign_header(log) => return Parsed::Foreign,
-        None => return Parsed::Torn,
+    let Some(Record::Header(header)) = records.next() else {
+        return Parsed::Torn;
     };
     let base_len = header.base_len.min(header.size);
     let mut file = Replayed {
@@ -511,23 +499,6 @@ pub(in crate::write) fn replay(log: &[u8]) -> Parsed {
         }
     }
     Parsed::File(Box::new(file))
-}
-
-/// Whether `log` starts with a whole, checked header frame of another format.
-fn is_foreign_header(log: &[u8]) -> bool {
-    if log.len() < FRAME_HEAD + 5 {
-        return false;
-    }
-    let len = u32::from_le_bytes([log[0], log[1], log[2], log[3]]) as usize;
-    let crc = u32::from_le_bytes([log[4], log[5], log[6], log[7]]);
-    let Some(body) = log.get(FRAME_HEAD..FRAME_HEAD + len) else {
-        return false;
-    };
-    crc32fast::hash(body) == crc
-        && body[0] == TAG_HEADER
-        && body
-            .get(1..5)
-            .is_some_and(|v| !FORMATS_READ.iter().any(|format| v == format.to_le_bytes()))
 }
 
 #[cfg(test)]
@@ -619,7 +590,10 @@ mod tests {
             },
         ];
         let log = log_of(&all);
-        let (read, len) = records(&log);
+        let Read::Log { frames, .. } = LAYOUT.read(&log) else {
+            panic!("not a log");
+        };
+        let (read, len) = records(frames);
         assert_eq!(read, all);
         assert_eq!(len, log.len() as u64);
     }
@@ -789,23 +763,18 @@ mod tests {
         assert_eq!(replay(&frame[..frame.len() - 1]), Parsed::Torn);
         assert_eq!(replay(&[]), Parsed::Torn);
         let mut foreign = vec![TAG_HEADER];
-        put_u32(&mut foreign, FORMAT + 1);
+        put_u32(&mut foreign, LAYOUT.version + 1);
         foreign.extend_from_slice(b"whatever comes next");
-        let mut log = Vec::new();
-        put_u32(&mut log, foreign.len() as u32);
-        put_u32(&mut log, crc32fast::hash(&foreign));
-        log.extend_from_slice(&foreign);
-        assert_eq!(replay(&log), Parsed::Foreign);
+        assert_eq!(replay(&framed_log::frame(&foreign)), Parsed::Foreign);
     }
 
     #[test]
     fn a_log_the_previous_format_wrote_is_recovered() {
         // Format 1 (before `CommitStarting`): the same header with its format field at 1.
-        let mut frame = Record::Header(header()).frame();
-        frame[FRAME_HEAD + 1..FRAME_HEAD + 5].copy_from_slice(&1u32.to_le_bytes());
-        let crc = crc32fast::hash(&frame[FRAME_HEAD..]);
-        frame[4..8].copy_from_slice(&crc.to_le_bytes());
-        let mut log = frame;
+        let head = framed_log::FRAME_HEAD;
+        let mut body = Record::Header(header()).frame()[head..].to_vec();
+        body[1..5].copy_from_slice(&1u32.to_le_bytes());
+        let mut log = framed_log::frame(&body);
         log.extend(
             Record::Write {
                 range: 0..5,

@@ -1,5 +1,9 @@
 //! `S3Store`: the [`ObjectStore`] over the S3 API (AWS S3, garage, MinIO, AIStore's and GCS's S3
-//! endpoints) on aws-sdk-s3.
+//! endpoints) on aws-sdk-s3. `call`: how a request is sent and its failure classified; `keys`:
+//! keys as S3 carries them.
+
+mod call;
+mod keys;
 
 use std::ops::Range;
 use std::sync::{Arc, PoisonError};
@@ -7,8 +11,6 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{
@@ -16,11 +18,14 @@ use aws_sdk_s3::types::{
 };
 use bytes::Bytes;
 
-use super::body::{ProducerError, streamed};
+use super::body::streamed;
 use super::{
     BodySource, ChunkSink, CompletedPart, CopySource, ListPage, ListRequest, Metadata, ObjectMeta,
     ObjectStore, PendingUpload, PutResult, Result, RetryPolicy, StoreError,
 };
+use call::{local_error_first, precondition_failed};
+pub use keys::decode_listed_key;
+use keys::{cache_scope_of, listed_key, percent_encode_key};
 
 /// S3 caps one DeleteObjects request at this many keys.
 const DELETE_BATCH: usize = 1000;
@@ -62,52 +67,6 @@ impl S3Store {
 
     pub fn bucket(&self) -> &str {
         &self.bucket
-    }
-
-    fn classify<E>(&self, op: &'static str, key: &str, err: SdkError<E, HttpResponse>) -> StoreError
-    where
-        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    {
-        let key = key.to_string();
-        match &err {
-            SdkError::ServiceError(ctx) => {
-                let status = ctx.raw().status().as_u16();
-                let code = ctx.err().code().unwrap_or_default().to_string();
-                let message = ctx.err().message().unwrap_or_default().to_string();
-                match (status, code.as_str()) {
-                    (_, "NoSuchBucket") => StoreError::NoSuchBucket {
-                        bucket: self.bucket.clone(),
-                    },
-                    (404, _) => StoreError::NotFound { op, key },
-                    (401 | 403, _) => StoreError::AccessDenied {
-                        op,
-                        key,
-                        code: if code.is_empty() {
-                            format!("HTTP {status}")
-                        } else {
-                            code
-                        },
-                    },
-                    _ => StoreError::Service {
-                        op,
-                        key,
-                        status,
-                        code,
-                        message,
-                    },
-                }
-            }
-            SdkError::ConstructionFailure(_) => {
-                StoreError::Setup(format!("{op} {key}: {}", DisplayErrorContext(&err)))
-            }
-            // Dispatch failures, timeouts and unreadable responses are all "the network".
-            _ => StoreError::Unreachable {
-                op,
-                key,
-                endpoint: self.endpoint.clone(),
-                message: DisplayErrorContext(&err).to_string(),
-            },
-        }
     }
 
     fn copy_source(&self, key: &str) -> String {
@@ -181,24 +140,6 @@ impl S3Store {
     }
 }
 
-/// A streamed request's outcome: a body cut short by a local read error fails with that error,
-/// not as the transport saw it (which would look like a network failure worth retrying).
-fn local_error_first<T, E>(
-    sent: std::result::Result<T, SdkError<E, HttpResponse>>,
-    producer_error: &ProducerError,
-    classify: impl FnOnce(SdkError<E, HttpResponse>) -> StoreError,
-) -> Result<T> {
-    let local = producer_error
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
-    match (sent, local) {
-        (Ok(out), _) => Ok(out),
-        (Err(_), Some(local)) => Err(local),
-        (Err(e), None) => Err(classify(e)),
-    }
-}
-
 fn to_system_time(t: Option<&DateTime>) -> SystemTime {
     t.and_then(|t| SystemTime::try_from(*t).ok())
         .unwrap_or(SystemTime::UNIX_EPOCH)
@@ -211,38 +152,6 @@ fn to_size(size: Option<i64>) -> u64 {
 /// Metadata as the SDK sends it: none rather than an empty map.
 fn sent_metadata(metadata: &Metadata) -> Option<std::collections::HashMap<String, String>> {
     (!metadata.is_empty()).then(|| metadata.clone().into_iter().collect())
-}
-
-/// A 412 to a request made conditional on `expected` (`If-Match`, `x-amz-copy-source-if-match`):
-/// `key` no longer has that ETag.
-fn precondition_failed(
-    error: StoreError,
-    op: &'static str,
-    key: &str,
-    expected: Option<&str>,
-) -> StoreError {
-    match (error, expected) {
-        (StoreError::Service { status: 412, .. }, Some(expected)) => StoreError::Changed {
-            op,
-            key: key.to_string(),
-            expected: expected.to_string(),
-        },
-        (other, _) => other,
-    }
-}
-
-/// Percent-encodes a key for `x-amz-copy-source`, keeping `/` and RFC 3986 unreserved bytes.
-fn percent_encode_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for byte in key.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                out.push(byte as char)
-            }
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
 }
 
 #[async_trait]
@@ -265,15 +174,12 @@ impl ObjectStore for S3Store {
 
     async fn head_with_metadata(&self, key: &str) -> Result<Option<(ObjectMeta, Metadata)>> {
         let out = self
-            .retry
-            .run("head", key, || async {
+            .call("head", key, || {
                 self.client
                     .head_object()
                     .bucket(&self.bucket)
                     .key(key)
                     .send()
-                    .await
-                    .map_err(|e| self.classify("head", key, e))
             })
             .await;
         match out {
@@ -352,8 +258,7 @@ impl ObjectStore for S3Store {
     async fn list(&self, request: &ListRequest) -> Result<ListPage> {
         let prefix = request.prefix.as_str();
         let out = self
-            .retry
-            .run("list", prefix, || async {
+            .call("list", prefix, || {
                 self.client
                     .list_objects_v2()
                     .bucket(&self.bucket)
@@ -366,8 +271,6 @@ impl ObjectStore for S3Store {
                     .set_continuation_token(request.continuation.clone())
                     .set_max_keys(request.max_keys.map(|m| m.min(i32::MAX as u32) as i32))
                     .send()
-                    .await
-                    .map_err(|e| self.classify("list", prefix, e))
             })
             .await?;
         let decode = |text: &str| listed_key(text, out.encoding_type());
@@ -402,16 +305,13 @@ impl ObjectStore for S3Store {
 
     async fn put(&self, key: &str, body: Bytes) -> Result<PutResult> {
         let out = self
-            .retry
-            .run("put", key, || async {
+            .call("put", key, || {
                 self.client
                     .put_object()
                     .bucket(&self.bucket)
                     .key(key)
                     .body(ByteStream::from(body.clone()))
                     .send()
-                    .await
-                    .map_err(|e| self.classify("put", key, e))
             })
             .await?;
         Ok(PutResult {
@@ -459,16 +359,13 @@ impl ObjectStore for S3Store {
         metadata: &Metadata,
     ) -> Result<String> {
         let out = self
-            .retry
-            .run("create_multipart", key, || async {
+            .call("create_multipart", key, || {
                 self.client
                     .create_multipart_upload()
                     .bucket(&self.bucket)
                     .key(key)
                     .set_metadata(sent_metadata(metadata))
                     .send()
-                    .await
-                    .map_err(|e| self.classify("create_multipart", key, e))
             })
             .await?;
         out.upload_id()
@@ -490,20 +387,22 @@ impl ObjectStore for S3Store {
     ) -> Result<PutResult> {
         const OP: &str = "replace_metadata";
         let out = self
-            .retry
-            .run(OP, key, || async {
-                self.client
-                    .copy_object()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .copy_source(self.copy_source(key))
-                    .set_copy_source_if_match(if_match.map(str::to_string))
-                    .metadata_directive(MetadataDirective::Replace)
-                    .set_metadata(sent_metadata(metadata))
-                    .send()
-                    .await
-                    .map_err(|e| precondition_failed(self.classify(OP, key, e), OP, key, if_match))
-            })
+            .call_refined(
+                OP,
+                key,
+                || {
+                    self.client
+                        .copy_object()
+                        .bucket(&self.bucket)
+                        .key(key)
+                        .copy_source(self.copy_source(key))
+                        .set_copy_source_if_match(if_match.map(str::to_string))
+                        .metadata_directive(MetadataDirective::Replace)
+                        .set_metadata(sent_metadata(metadata))
+                        .send()
+                },
+                |e| precondition_failed(e, OP, key, if_match),
+            )
             .await?;
         Ok(PutResult {
             etag: out
@@ -527,8 +426,7 @@ impl ObjectStore for S3Store {
         body: Bytes,
     ) -> Result<CompletedPart> {
         let out = self
-            .retry
-            .run("upload_part", key, || async {
+            .call("upload_part", key, || {
                 self.client
                     .upload_part()
                     .bucket(&self.bucket)
@@ -537,8 +435,6 @@ impl ObjectStore for S3Store {
                     .part_number(part_number)
                     .body(ByteStream::from(body.clone()))
                     .send()
-                    .await
-                    .map_err(|e| self.classify("upload_part", key, e))
             })
             .await?;
         Ok(CompletedPart {
@@ -592,8 +488,7 @@ impl ObjectStore for S3Store {
     ) -> Result<CompletedPart> {
         let range = &source.range;
         let out = self
-            .retry
-            .run("upload_part_copy", key, || async {
+            .call("upload_part_copy", key, || {
                 self.client
                     .upload_part_copy()
                     .bucket(&self.bucket)
@@ -608,8 +503,6 @@ impl ObjectStore for S3Store {
                     ))
                     .set_copy_source_if_match(source.if_match.map(str::to_string))
                     .send()
-                    .await
-                    .map_err(|e| self.classify("upload_part_copy", key, e))
             })
             .await
             .map_err(|e| precondition_failed(e, "upload_part_copy", source.key, source.if_match))?;
@@ -643,8 +536,7 @@ impl ObjectStore for S3Store {
             ))
             .build();
         let out = self
-            .retry
-            .run("complete_multipart", key, || async {
+            .call("complete_multipart", key, || {
                 self.client
                     .complete_multipart_upload()
                     .bucket(&self.bucket)
@@ -652,8 +544,6 @@ impl ObjectStore for S3Store {
                     .upload_id(upload_id)
                     .multipart_upload(upload.clone())
                     .send()
-                    .await
-                    .map_err(|e| self.classify("complete_multipart", key, e))
             })
             .await?;
         Ok(PutResult {
@@ -662,18 +552,15 @@ impl ObjectStore for S3Store {
     }
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
-        self.retry
-            .run("abort_multipart", key, || async {
-                self.client
-                    .abort_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .upload_id(upload_id)
-                    .send()
-                    .await
-                    .map_err(|e| self.classify("abort_multipart", key, e))
-            })
-            .await?;
+        self.call("abort_multipart", key, || {
+            self.client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(upload_id)
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -682,8 +569,7 @@ impl ObjectStore for S3Store {
         let mut markers: (Option<String>, Option<String>) = (None, None);
         loop {
             let out = self
-                .retry
-                .run("list_uploads", prefix, || async {
+                .call("list_uploads", prefix, || {
                     self.client
                         .list_multipart_uploads()
                         .bucket(&self.bucket)
@@ -692,8 +578,6 @@ impl ObjectStore for S3Store {
                         .set_upload_id_marker(markers.1.clone())
                         .encoding_type(EncodingType::Url)
                         .send()
-                        .await
-                        .map_err(|e| self.classify("list_uploads", prefix, e))
                 })
                 .await?;
             let decode = |text: &str| listed_key(text, out.encoding_type());
@@ -722,16 +606,13 @@ impl ObjectStore for S3Store {
 
     async fn copy(&self, source_key: &str, dest_key: &str) -> Result<PutResult> {
         let out = self
-            .retry
-            .run("copy", dest_key, || async {
+            .call("copy", dest_key, || {
                 self.client
                     .copy_object()
                     .bucket(&self.bucket)
                     .key(dest_key)
                     .copy_source(self.copy_source(source_key))
                     .send()
-                    .await
-                    .map_err(|e| self.classify("copy", dest_key, e))
             })
             .await?;
         Ok(PutResult {
@@ -745,15 +626,12 @@ impl ObjectStore for S3Store {
 
     async fn delete(&self, key: &str) -> Result<()> {
         let out = self
-            .retry
-            .run("delete", key, || async {
+            .call("delete", key, || {
                 self.client
                     .delete_object()
                     .bucket(&self.bucket)
                     .key(key)
                     .send()
-                    .await
-                    .map_err(|e| self.classify("delete", key, e))
             })
             .await;
         match out {
@@ -776,15 +654,12 @@ impl ObjectStore for S3Store {
                 .build()
                 .map_err(|e| StoreError::Setup(format!("delete_many: {e}")))?;
             let out = self
-                .retry
-                .run("delete_many", first, || async {
+                .call("delete_many", first, || {
                     self.client
                         .delete_objects()
                         .bucket(&self.bucket)
                         .delete(delete.clone())
                         .send()
-                        .await
-                        .map_err(|e| self.classify("delete_many", first, e))
                 })
                 .await?;
             if let Some(failed) = out.errors().first() {
@@ -798,80 +673,5 @@ impl ObjectStore for S3Store {
             }
         }
         Ok(())
-    }
-}
-
-/// A key (or prefix, or marker) as a listing returned it: decoded when the response says it
-/// applied `encoding-type=url`. A server that ignores the request (not every S3-compatible one
-/// supports it) leaves EncodingType out, and its keys are taken as they are.
-fn listed_key(text: &str, encoding: Option<&EncodingType>) -> Option<String> {
-    match encoding {
-        Some(EncodingType::Url) => decode_listed_key(text),
-        _ => Some(text.to_string()),
-    }
-}
-
-/// A key from a listing made with `encoding-type=url`: `+` is a space and `%XX` a byte
-/// (form encoding, as S3 writes it). `None` for text that does not decode to UTF-8, which no key
-/// can be.
-pub fn decode_listed_key(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-/// `id` narrowed by a hash of `principal` that every build computes alike (std's
-/// `DefaultHasher` promises no such thing): a persistent cache finds its lines by this scope
-/// after an upgrade.
-fn cache_scope_of(id: &str, principal: &str) -> String {
-    use md5::Digest;
-    let digest = md5::Md5::digest(principal.as_bytes());
-    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{id}#{hash}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{cache_scope_of, decode_listed_key, percent_encode_key};
-
-    #[test]
-    fn the_cache_scope_is_the_same_in_every_build_and_differs_by_signer() {
-        // The first 8 bytes of MD5("AKIDEXAMPLE"): fixed, whatever the build.
-        let scope = cache_scope_of("s3:http://h/b", "AKIDEXAMPLE");
-        assert_eq!(scope, "s3:http://h/b#897bd3e07abcb8d4");
-        assert_ne!(scope, cache_scope_of("s3:http://h/b", "anonymous"));
-    }
-
-    #[test]
-    fn listed_keys_decode_form_encoding() {
-        assert_eq!(
-            decode_listed_key("a+b%2Bc%07%C3%BC/x").as_deref(),
-            Some("a b+c\u{7}ü/x")
-        );
-        assert_eq!(
-            decode_listed_key("plain/key.txt").as_deref(),
-            Some("plain/key.txt")
-        );
-        assert_eq!(decode_listed_key("bad%zz"), None);
-        assert_eq!(decode_listed_key("cut%4"), None);
-        assert_eq!(decode_listed_key("%ff"), None, "not UTF-8");
-    }
-
-    #[test]
-    fn copy_source_keys_are_percent_encoded_except_slashes() {
-        assert_eq!(percent_encode_key("a/b c/ü+.txt"), "a/b%20c/%C3%BC%2B.txt");
     }
 }

@@ -29,10 +29,11 @@ use super::fetch::{Fill, RunLine, exact_length, spawn_fetch};
 use super::persist::{self, Check, Persisted, ToRestore};
 use super::stats::{Counters, bump};
 use super::storage::{self, LineStorage};
-use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table};
+use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table, Tier};
 use super::tiers;
 use super::{CacheStats, ObjectReader, ObjectVersion};
 use crate::config::{CacheConfig, CacheStorage};
+use crate::memory::{Pressure, Stage, pressure};
 use crate::private_dir::PrivateDir;
 use crate::store::{ObjectStore, StoreError};
 
@@ -105,6 +106,12 @@ pub(super) struct Shared {
     /// `cache_storage: tiered`: the RAM tier's size in lines, and the mover's doorbell.
     ram_lines: usize,
     pub(super) mover: Option<tiers::Doorbell>,
+    /// The tier whose lines are this process's anonymous memory (`ram`, or `tiered`'s RAM
+    /// tier), which it gives back under memory pressure; `None` for a cache in files.
+    anon_tier: Option<Tier>,
+    /// The process's memory pressure, once the engines tie the cache to it
+    /// ([`LineCache::follow`]): read-ahead shrinks and new fetches wait under it.
+    pressure: std::sync::OnceLock<Arc<Pressure>>,
     /// True once the lines an earlier process kept are all back (at once when there are none);
     /// closed if the restore ended without saying so. See [`LineCache::wait_for_kept_lines`].
     restored: watch::Receiver<bool>,
@@ -124,6 +131,10 @@ impl Shared {
         }
     }
 
+    fn stage(&self) -> Stage {
+        self.pressure.get().map_or(Stage::Calm, |p| p.stage())
+    }
+
     /// Bytes `range` of the object of line `line`, clamped to the object's end.
     fn line_range(&self, size: u64, line: u64) -> Range<u64> {
         let start = line.saturating_mul(self.line_size);
@@ -140,15 +151,17 @@ impl Shared {
         size: u64,
         last: u64,
     ) -> Vec<u64> {
-        if self.lines_to_prefetch == 0 {
+        // Near the memory target the window is halved, over it there is none.
+        let window = pressure::read_ahead_lines(self.stage(), self.lines_to_prefetch);
+        if window == 0 {
             return Vec::new();
         }
         let object_last = (size - 1) / self.line_size;
-        let ahead_last = last.saturating_add(self.lines_to_prefetch).min(object_last);
+        let ahead_last = last.saturating_add(window).min(object_last);
         let absent: Vec<u64> = (last.saturating_add(1)..=ahead_last)
             .filter(|line| !table.contains(name.0, name.1, name.2, *line))
             .collect();
-        let enough = absent.len() as u64 >= self.run_lines
+        let enough = absent.len() as u64 >= self.run_lines.min(window)
             || (ahead_last == object_last && !absent.is_empty());
         if enough { absent } else { Vec::new() }
     }
@@ -255,6 +268,12 @@ impl LineCache {
                     .ok(),
             },
             ram_lines,
+            anon_tier: match config.storage {
+                CacheStorage::Tiered => Some(Tier::Ram),
+                CacheStorage::Ram => Some(Tier::Main),
+                CacheStorage::MappedFile | CacheStorage::PerInodeFile => None,
+            },
+            pressure: std::sync::OnceLock::new(),
             line_size: config.line_size,
             lines,
             lines_to_prefetch: config.lines_to_prefetch,
@@ -276,6 +295,12 @@ impl LineCache {
             start_restore(&shared, persisted, kept, dir.path(), restore_done);
         }
         Ok(Arc::new(LineCache { shared, dir }))
+    }
+
+    /// Follows the process's memory `pressure`: read-ahead shrinks and stops as it rises, and
+    /// in its last stage a read that must fetch waits first (see `crate::memory::pressure`).
+    pub fn follow(&self, pressure: Arc<Pressure>) {
+        let _ = self.shared.pressure.set(pressure);
     }
 
     /// Before this process exits for a successor (an upgrade's hand-off): the index of a
@@ -552,6 +577,25 @@ impl LineCache {
                 Planned::Direct(part) => Segment::Direct(part),
             })
             .collect()
+    }
+
+    /// Whether every line of `range` of `object` is in the cache (clean or arriving).
+    fn all_present(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        object: &ObjectVersion,
+        range: Range<u64>,
+    ) -> bool {
+        let ls = self.shared.line_size;
+        let table = self.shared.table();
+        (range.start / ls..=(range.end - 1) / ls).all(|line| {
+            table.contains(
+                store.cache_scope(),
+                object.key.as_str(),
+                object.etag.as_str(),
+                line,
+            )
+        })
     }
 
     /// One line's part of a read.
@@ -864,6 +908,32 @@ impl std::fmt::Debug for LineCache {
     }
 }
 
+/// Under memory pressure the RAM cache gives back half of its clean lines at each reading
+/// (the least recently used first); lines being read or fetched stay.
+impl crate::memory::Shed for LineCache {
+    fn shed(&self) -> u64 {
+        let shared = &self.shared;
+        let Some(tier) = shared.anon_tier else {
+            return 0;
+        };
+        let shed = {
+            let mut table = shared.table();
+            let n = table.clean_in(tier).div_ceil(2);
+            let shed = table.shed(tier, n);
+            // Under the lock: the slots are free, and nobody may install a line in one before
+            // its memory is given back.
+            for placement in &shed {
+                shared.storage.give_back(placement);
+            }
+            shed
+        };
+        bump(&shared.counters.evictions, shed.len() as u64);
+        let bytes = shed.len() as u64 * shared.line_size;
+        shared.release(shed);
+        bytes
+    }
+}
+
 #[async_trait]
 impl ObjectReader for LineCache {
     async fn read(
@@ -884,6 +954,14 @@ impl ObjectReader for LineCache {
         if !*self.shared.restored.borrow() {
             self.wait_for_kept_lines(store.cache_scope(), object, range.start..end)
                 .await;
+        }
+        if let Some(pressure) = self.shared.pressure.get()
+            && pressure.stage() == Stage::Wait
+            && !self.all_present(store, object, range.start..end)
+        {
+            // Over the memory target after the cache and the inodes gave back: a fetch waits
+            // for room before it takes a line (reads of lines already here do not).
+            pressure.admit().await;
         }
         let segments = self.plan(store, object, range.start..end, sequential);
         let mut parts =

@@ -909,7 +909,8 @@ impl std::fmt::Debug for LineCache {
 }
 
 /// Under memory pressure the RAM cache gives back half of its clean lines at each reading
-/// (the least recently used first); lines being read or fetched stay.
+/// (the least recently used first, never the last one left: a reader between two reads of it
+/// would have to fetch it again at once); lines being read or fetched stay.
 impl crate::memory::Shed for LineCache {
     fn shed(&self) -> u64 {
         let shared = &self.shared;
@@ -918,7 +919,7 @@ impl crate::memory::Shed for LineCache {
         };
         let shed = {
             let mut table = shared.table();
-            let n = table.clean_in(tier).div_ceil(2);
+            let n = table.clean_in(tier) / 2;
             let shed = table.shed(tier, n);
             // Under the lock: the slots are free, and nobody may install a line in one before
             // its memory is given back.

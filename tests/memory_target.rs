@@ -201,11 +201,12 @@ async fn over_its_target_msfs_gives_cache_lines_back_and_loses_no_byte() {
     let port = common::free_port();
     let top = format!(
         "endpoint: http://127.0.0.1:{port}\nprocess_memory_limit: {}\ncache_storage: ram\n\
-         cache_line_size: {}\ncache_lines: 8\ncache_lines_to_prefetch: 4\n",
+         cache_line_size: {}\ncache_lines: 16\ncache_lines_to_prefetch: 4\n",
         64 * MIB,
         32 * MIB
     );
-    let config = config_yaml_with(&top, &[s3_backend_yaml("data", "pressed", "", &garage)]);
+    let backend = s3_backend_yaml("data", "pressed", "", &garage) + "    readonly: false\n";
+    let config = config_yaml_with(&top, &[backend]);
     let mut mount =
         MsfsMount::start_in_cgroup(&config, "yaml", &[], Some(&cgroup.procs())).expect("mount");
     let anon = cgroup.sample_anon();

@@ -33,10 +33,11 @@ use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table, 
 use super::tiers;
 use super::{CacheStats, ObjectReader, ObjectVersion};
 use crate::config::{CacheConfig, CacheStorage};
-use crate::memory::{Pressure, Stage, pressure};
+use crate::memory::{Pressure, Stage};
 use crate::private_dir::PrivateDir;
 use crate::store::{ObjectStore, StoreError};
 
+mod pressure;
 mod read_now;
 
 /// Read-ahead in flight across the whole cache is bounded to this many streams' worth of
@@ -152,7 +153,8 @@ impl Shared {
         last: u64,
     ) -> Vec<u64> {
         // Near the memory target the window is halved, over it there is none.
-        let window = pressure::read_ahead_lines(self.stage(), self.lines_to_prefetch);
+        let window =
+            crate::memory::pressure::read_ahead_lines(self.stage(), self.lines_to_prefetch);
         if window == 0 {
             return Vec::new();
         }
@@ -295,12 +297,6 @@ impl LineCache {
             start_restore(&shared, persisted, kept, dir.path(), restore_done);
         }
         Ok(Arc::new(LineCache { shared, dir }))
-    }
-
-    /// Follows the process's memory `pressure`: read-ahead shrinks and stops as it rises, and
-    /// in its last stage a read that must fetch waits first (see `crate::memory::pressure`).
-    pub fn follow(&self, pressure: Arc<Pressure>) {
-        let _ = self.shared.pressure.set(pressure);
     }
 
     /// Before this process exits for a successor (an upgrade's hand-off): the index of a
@@ -577,25 +573,6 @@ impl LineCache {
                 Planned::Direct(part) => Segment::Direct(part),
             })
             .collect()
-    }
-
-    /// Whether every line of `range` of `object` is in the cache (clean or arriving).
-    fn all_present(
-        &self,
-        store: &Arc<dyn ObjectStore>,
-        object: &ObjectVersion,
-        range: Range<u64>,
-    ) -> bool {
-        let ls = self.shared.line_size;
-        let table = self.shared.table();
-        (range.start / ls..=(range.end - 1) / ls).all(|line| {
-            table.contains(
-                store.cache_scope(),
-                object.key.as_str(),
-                object.etag.as_str(),
-                line,
-            )
-        })
     }
 
     /// One line's part of a read.
@@ -905,33 +882,6 @@ impl std::fmt::Debug for LineCache {
             .field("line_size", &self.shared.line_size)
             .field("lines", &self.shared.lines)
             .finish_non_exhaustive()
-    }
-}
-
-/// Under memory pressure the RAM cache gives back half of its clean lines at each reading
-/// (the least recently used first, never the last one left: a reader between two reads of it
-/// would have to fetch it again at once); lines being read or fetched stay.
-impl crate::memory::Shed for LineCache {
-    fn shed(&self) -> u64 {
-        let shared = &self.shared;
-        let Some(tier) = shared.anon_tier else {
-            return 0;
-        };
-        let shed = {
-            let mut table = shared.table();
-            let n = table.clean_in(tier) / 2;
-            let shed = table.shed(tier, n);
-            // Under the lock: the slots are free, and nobody may install a line in one before
-            // its memory is given back.
-            for placement in &shed {
-                shared.storage.give_back(placement);
-            }
-            shed
-        };
-        bump(&shared.counters.evictions, shed.len() as u64);
-        let bytes = shed.len() as u64 * shared.line_size;
-        shared.release(shed);
-        bytes
     }
 }
 

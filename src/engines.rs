@@ -55,6 +55,10 @@ impl Engines {
         // First: the cache and write buffers are sized by the target's division.
         let memory = Arc::new(Memory::for_config(config));
         let cache = LineCache::new(&memory.plan.cache)?;
+        // Under pressure the cache shrinks read-ahead, gives back lines, and its fetches wait.
+        cache.follow(memory.pressure.clone());
+        let shed: std::sync::Weak<dyn crate::memory::Shed> = Arc::downgrade(&cache) as _;
+        memory.pressure.add_holder(shed);
         let metrics = match &config.telemetry {
             // OTLP export; the registry's resource (the configured attributes) is fixed here.
             Some(telemetry) => Metrics::with_telemetry(telemetry)?,
@@ -72,6 +76,7 @@ impl Engines {
             Some(cache.clone()),
             metrics.clone(),
         )?;
+        writes.buffer_budget().follow(memory.pressure.clone());
         metrics.observe_memory(Arc::new(ProcessMemory {
             memory: memory.clone(),
             cache: Arc::downgrade(&cache),
@@ -168,8 +173,10 @@ impl MemoryStatsSource for ProcessMemory {
             inodes: inodes.saturating_mul(crate::memory::INODE_BYTES),
             resident: crate::memory::resident_bytes(),
             inode_limit_per_mount: self.memory.inodes.share() as u64,
-            waits: self.buffers.waits(),
-            over_target: self.memory.over_target.count(),
+            waits: self.buffers.waits() + self.memory.pressure.waits(),
+            over_target: self.memory.pressure.episodes(),
+            stage: self.memory.pressure.stage() as u64,
+            shed: self.memory.pressure.shed_bytes(),
         }
     }
 }

@@ -29,13 +29,15 @@ use super::fetch::{Fill, RunLine, exact_length, spawn_fetch};
 use super::persist::{self, Check, Persisted, ToRestore};
 use super::stats::{Counters, bump};
 use super::storage::{self, LineStorage};
-use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table};
+use super::table::{Flight, Outcome, Pinned, Placement, Progress, SlotId, Table, Tier};
 use super::tiers;
 use super::{CacheStats, ObjectReader, ObjectVersion};
 use crate::config::{CacheConfig, CacheStorage};
+use crate::memory::{Pressure, Stage};
 use crate::private_dir::PrivateDir;
 use crate::store::{ObjectStore, StoreError};
 
+mod pressure;
 mod read_now;
 
 /// Read-ahead in flight across the whole cache is bounded to this many streams' worth of
@@ -105,6 +107,12 @@ pub(super) struct Shared {
     /// `cache_storage: tiered`: the RAM tier's size in lines, and the mover's doorbell.
     ram_lines: usize,
     pub(super) mover: Option<tiers::Doorbell>,
+    /// The tier whose lines are this process's anonymous memory (`ram`, or `tiered`'s RAM
+    /// tier), which it gives back under memory pressure; `None` for a cache in files.
+    anon_tier: Option<Tier>,
+    /// The process's memory pressure, once the engines tie the cache to it
+    /// ([`LineCache::follow`]): read-ahead shrinks and new fetches wait under it.
+    pressure: std::sync::OnceLock<Arc<Pressure>>,
     /// True once the lines an earlier process kept are all back (at once when there are none);
     /// closed if the restore ended without saying so. See [`LineCache::wait_for_kept_lines`].
     restored: watch::Receiver<bool>,
@@ -124,6 +132,10 @@ impl Shared {
         }
     }
 
+    fn stage(&self) -> Stage {
+        self.pressure.get().map_or(Stage::Calm, |p| p.stage())
+    }
+
     /// Bytes `range` of the object of line `line`, clamped to the object's end.
     fn line_range(&self, size: u64, line: u64) -> Range<u64> {
         let start = line.saturating_mul(self.line_size);
@@ -140,15 +152,18 @@ impl Shared {
         size: u64,
         last: u64,
     ) -> Vec<u64> {
-        if self.lines_to_prefetch == 0 {
+        // Near the memory target the window is halved, over it there is none.
+        let window =
+            crate::memory::pressure::read_ahead_lines(self.stage(), self.lines_to_prefetch);
+        if window == 0 {
             return Vec::new();
         }
         let object_last = (size - 1) / self.line_size;
-        let ahead_last = last.saturating_add(self.lines_to_prefetch).min(object_last);
+        let ahead_last = last.saturating_add(window).min(object_last);
         let absent: Vec<u64> = (last.saturating_add(1)..=ahead_last)
             .filter(|line| !table.contains(name.0, name.1, name.2, *line))
             .collect();
-        let enough = absent.len() as u64 >= self.run_lines
+        let enough = absent.len() as u64 >= self.run_lines.min(window)
             || (ahead_last == object_last && !absent.is_empty());
         if enough { absent } else { Vec::new() }
     }
@@ -255,6 +270,12 @@ impl LineCache {
                     .ok(),
             },
             ram_lines,
+            anon_tier: match config.storage {
+                CacheStorage::Tiered => Some(Tier::Ram),
+                CacheStorage::Ram => Some(Tier::Main),
+                CacheStorage::MappedFile | CacheStorage::PerInodeFile => None,
+            },
+            pressure: std::sync::OnceLock::new(),
             line_size: config.line_size,
             lines,
             lines_to_prefetch: config.lines_to_prefetch,
@@ -884,6 +905,14 @@ impl ObjectReader for LineCache {
         if !*self.shared.restored.borrow() {
             self.wait_for_kept_lines(store.cache_scope(), object, range.start..end)
                 .await;
+        }
+        if let Some(pressure) = self.shared.pressure.get()
+            && pressure.stage() == Stage::Wait
+            && !self.all_present(store, object, range.start..end)
+        {
+            // Over the memory target after the cache and the inodes gave back: a fetch waits
+            // for room before it takes a line (reads of lines already here do not).
+            pressure.admit().await;
         }
         let segments = self.plan(store, object, range.start..end, sequential);
         let mut parts =

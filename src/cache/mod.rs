@@ -14,6 +14,8 @@ mod persist;
 #[cfg(test)]
 mod persist_tests;
 #[cfg(test)]
+mod pressure_tests;
+#[cfg(test)]
 mod read_now_tests;
 mod stats;
 mod storage;

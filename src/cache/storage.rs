@@ -47,6 +47,10 @@ pub(super) trait LineStorage: Send + Sync + 'static {
     /// whose tenant no longer occupies the place must not touch the newer occupant.
     fn release(&self, at: &Placement);
 
+    /// The slot of `at` is free and stays so until this returns (the caller holds the table
+    /// lock): give its memory back to the system if it is this process's anonymous memory.
+    fn give_back(&self, _at: &Placement) {}
+
     /// Largest read or write done on an async runtime thread; bigger ones go to the blocking pool.
     fn inline_limit(&self) -> usize;
 
@@ -152,6 +156,11 @@ impl LineStorage for TieredLines {
     fn release(&self, at: &Placement) {
         let (tier, at) = self.route(at);
         tier.release(&at);
+    }
+
+    fn give_back(&self, at: &Placement) {
+        let (tier, at) = self.route(at);
+        tier.give_back(&at);
     }
 
     fn inline_limit(&self) -> usize {
@@ -328,6 +337,30 @@ impl LineStorage for MappedLines {
 
     fn release(&self, _at: &Placement) {
         // The slot's memory is simply reused by the next line; capacity is already bounded.
+    }
+
+    fn give_back(&self, at: &Placement) {
+        if self.file.is_some() || at.slot >= self.lines {
+            return;
+        }
+        // Whole pages inside the slot only: a neighbour's bytes must not be touched.
+        const PAGE: usize = 4096;
+        let start = (at.slot * self.line_size).next_multiple_of(PAGE);
+        let end = ((at.slot + 1) * self.line_size) / PAGE * PAGE;
+        if start >= end {
+            return;
+        }
+        // SAFETY: `start..end` lies inside the slot, inside the mapping (the mapping starts on a
+        // page, so the address is page-aligned); the slot is free and the caller holds the table
+        // lock, so no reader or fill touches these bytes until a new line is installed there,
+        // and a private anonymous mapping reads back zeros after MADV_DONTNEED.
+        unsafe {
+            libc::madvise(
+                self.base.as_ptr().add(start).cast(),
+                end - start,
+                libc::MADV_DONTNEED,
+            );
+        }
     }
 
     fn inline_limit(&self) -> usize {

@@ -19,6 +19,8 @@ use tokio::sync::watch;
 use super::persist::{Check, RestoredLine, Stored};
 use crate::store::StoreError;
 
+mod shed;
+
 pub(super) type SlotId = u32;
 const NIL: SlotId = SlotId::MAX;
 

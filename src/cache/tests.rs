@@ -109,7 +109,7 @@ impl Fixture {
         self.cache.read(&self.store, object, range, false).await
     }
 
-    async fn read_sequential(&self, object: &ObjectVersion, range: Range<u64>) -> Bytes {
+    pub(super) async fn read_sequential(&self, object: &ObjectVersion, range: Range<u64>) -> Bytes {
         self.cache
             .read(&self.store, object, range, true)
             .await

@@ -6,8 +6,9 @@
 //! machine's memory, which other processes share. At start it is divided ([`plan`]): the RAM
 //! cache is sized down to fit, write buffers are capped, and the inodes of every mount draw
 //! from one pool ([`inodes`]). Past the start, the write buffers make commits wait for room
-//! and the inode pool makes mounts drop idle entries and list bare names, instead of growing;
-//! over the target anyway, the shares are halved until it is met again ([`pressure`]).
+//! and the inode pool makes mounts drop idle entries and list bare names, instead of growing.
+//! Near and over the target anyway ([`pressure`]), read-ahead shrinks and stops, the RAM cache
+//! gives back clean lines, then the inode shares are halved, then new fetches and commits wait.
 
 pub mod cgroup;
 pub mod inodes;
@@ -20,6 +21,7 @@ use crate::config::Config;
 pub use cgroup::{Hierarchy, Version};
 pub use inodes::{InodeLimit, InodePool};
 pub use plan::{INODE_BYTES, Plan};
+pub use pressure::{Pressure, Shed, Stage};
 
 use std::sync::Arc;
 
@@ -127,8 +129,8 @@ pub struct Memory {
     pub target: Target,
     pub plan: Plan,
     pub inodes: Arc<InodePool>,
-    /// Times the process went over its target (see [`pressure`]).
-    pub over_target: Arc<pressure::Episodes>,
+    /// How pressed the process is now, read by every holder (see [`pressure`]).
+    pub pressure: Arc<Pressure>,
 }
 
 impl Memory {
@@ -154,11 +156,7 @@ impl Memory {
         for warning in &memory.plan.warnings {
             tracing::warn!("{warning}");
         }
-        pressure::watch(
-            target.bytes,
-            memory.inodes.clone(),
-            memory.over_target.clone(),
-        );
+        pressure::watch(target.bytes, memory.inodes.clone(), memory.pressure.clone());
         memory
     }
 
@@ -168,7 +166,7 @@ impl Memory {
             inodes: InodePool::new(plan.inodes),
             target,
             plan,
-            over_target: Arc::default(),
+            pressure: Arc::default(),
         }
     }
 
@@ -196,7 +194,7 @@ impl Memory {
                 warnings: Vec::new(),
             },
             inodes: InodePool::new(usize::MAX),
-            over_target: Arc::default(),
+            pressure: Arc::default(),
         }
     }
 }

@@ -219,6 +219,11 @@ pub struct MemoryStats {
     pub waits: u64,
     /// Times the process went over its target (a count, since start).
     pub over_target: u64,
+    /// How pressed the process is now: 0 calm, 1 near the target, 2 over it (read-ahead
+    /// stopped, cache lines given back), 3 inode shares halved too, 4 new work waits.
+    pub stage: u64,
+    /// Bytes of cache lines given back under pressure (since start).
+    pub shed: u64,
 }
 
 /// The `msfs.memory.*` instruments over `source`.
@@ -273,15 +278,39 @@ pub(crate) fn observe_memory(
         meter
             .u64_observable_counter(names::MEMORY_OVER_TARGET)
             .with_description(
-                "Times the process went over its memory target (inode shares halved until back)",
+                "Times the process went over its memory target (read-ahead stopped, cache lines \
+                 given back, then inode shares halved, then new work waiting, until back)",
             )
             .with_callback(move |observer| observer.observe(read.memory_stats().over_target, &[]))
+            .build(),
+    ));
+    let read = source.clone();
+    kept.push(Box::new(
+        meter
+            .u64_observable_gauge(names::MEMORY_PRESSURE)
+            .with_description(
+                "How pressed the process is: 0 calm, 1 near the target (read-ahead halved), 2 over \
+                 it (no read-ahead, cache lines given back), 3 inode shares halved, 4 new work waits",
+            )
+            .with_callback(move |observer| observer.observe(read.memory_stats().stage, &[]))
+            .build(),
+    ));
+    let read = source.clone();
+    kept.push(Box::new(
+        meter
+            .u64_observable_counter(names::MEMORY_SHED)
+            .with_description("Bytes of RAM cache lines given back under memory pressure")
+            .with_unit(names::unit(names::MEMORY_SHED))
+            .with_callback(move |observer| observer.observe(read.memory_stats().shed, &[]))
             .build(),
     ));
     kept.push(Box::new(
         meter
             .u64_observable_counter(names::MEMORY_WAITS)
-            .with_description("Times new work waited for memory (commits for write-buffer room)")
+            .with_description(
+                "Times new work waited for memory: commits for write-buffer room, fetches and \
+                 commits while the process is over its target after shedding",
+            )
             .with_callback(move |observer| observer.observe(source.memory_stats().waits, &[]))
             .build(),
     ));

@@ -80,8 +80,14 @@ pub const MEMORY_TARGET: &str = "msfs.memory.target";
 pub const MEMORY_IN_USE: &str = "msfs.memory.in_use";
 /// Each mount's inode limit now: the process's inode pool shared among the mounts.
 pub const MEMORY_INODE_LIMIT_PER_MOUNT: &str = "msfs.memory.inode_limit_per_mount";
-/// Times new work waited for memory (a commit for write-buffer room).
+/// Times new work waited for memory: a commit for write-buffer room, or a fetch or commit
+/// while the process is over its target after shedding.
 pub const MEMORY_WAITS: &str = "msfs.memory.waits";
+/// How pressed the process is now (`crate::memory::Stage`, 0 calm to 4 new work waits).
+pub const MEMORY_PRESSURE: &str = "msfs.memory.pressure";
+/// Unit `By`: `msfs_memory_shed_bytes_total` in Prometheus: RAM cache lines given back under
+/// pressure.
+pub const MEMORY_SHED: &str = "msfs.memory.shed";
 /// Times the process's anonymous memory went over its target.
 pub const MEMORY_OVER_TARGET: &str = "msfs.memory.over_target";
 
@@ -138,6 +144,8 @@ pub const UNITS: &[(&str, &str)] = &[
     (MEMORY_INODE_LIMIT_PER_MOUNT, ""),
     (MEMORY_WAITS, ""),
     (MEMORY_OVER_TARGET, ""),
+    (MEMORY_PRESSURE, ""),
+    (MEMORY_SHED, UNIT_BYTES),
 ];
 
 /// The unit `name` is recorded in (`""` when it has none or is unknown).

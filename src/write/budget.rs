@@ -2,10 +2,12 @@
 //! held in memory by commits in flight ([`Reservation`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::memory::Pressure;
 
 /// How often a waiting writer looks again even without a wake-up (a release that raced its
 /// registration is then noticed late, never missed).
@@ -18,6 +20,9 @@ pub struct Budget {
     freed: Notify,
     /// Reservations that did not fit at once and waited (each counted once).
     waits: AtomicU64,
+    /// The process's memory pressure, for a budget of memory (commits' buffers): in its last
+    /// stage a reservation waits for it first (see `crate::memory::pressure`).
+    pressure: OnceLock<Arc<Pressure>>,
 }
 
 impl Budget {
@@ -27,7 +32,13 @@ impl Budget {
             used: Mutex::new(0),
             freed: Notify::new(),
             waits: AtomicU64::new(0),
+            pressure: OnceLock::new(),
         }
+    }
+
+    /// Makes reservations wait for the process's memory `pressure` to ease first.
+    pub fn follow(&self, pressure: Arc<Pressure>) {
+        let _ = self.pressure.set(pressure);
     }
 
     /// Takes `n` bytes if they fit. A reservation always fits when nothing is reserved, so one
@@ -45,6 +56,9 @@ impl Budget {
     /// Takes `n` bytes, waiting for releases until they fit; calls `while_waiting` before each
     /// wait (at least every `RECHECK`), so the caller can keep starting what frees bytes.
     pub async fn reserve(&self, n: u64, mut while_waiting: impl FnMut()) {
+        if let Some(pressure) = self.pressure.get() {
+            pressure.admit().await;
+        }
         let mut counted = false;
         loop {
             let freed = self.freed.notified();
@@ -153,6 +167,30 @@ mod tests {
         drop(second);
         assert_eq!(budget.used(), 0);
         assert_eq!(budget.hold(50).await.bytes(), 10, "clamped to the bound");
+    }
+
+    #[tokio::test]
+    async fn over_the_memory_target_a_reservation_waits_for_the_pressure_to_drop() {
+        let budget = Arc::new(Budget::new(10));
+        let pressure = Arc::new(Pressure::default());
+        budget.follow(pressure.clone());
+        let pool = crate::memory::InodePool::new(100);
+        while pressure.stage() < crate::memory::Stage::Wait {
+            pressure.reading(900, 800, &pool);
+        }
+        let waiter = {
+            let budget = budget.clone();
+            tokio::spawn(async move { budget.hold(5).await })
+        };
+        while pressure.waits() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(budget.used(), 0, "nothing reserved while pressed");
+        pressure.reading(100, 800, &pool);
+        let held = waiter
+            .await
+            .expect("the reservation proceeds once the pressure drops");
+        assert_eq!(held.bytes(), 5);
     }
 
     #[tokio::test]

@@ -165,6 +165,116 @@ async fn a_target_above_the_cgroup_ends_in_an_oom_kill() {
 }
 
 /// A size from the environment, or the scaled-down default.
+/// The value of the first sample of `name` (a Prometheus line `name VALUE` or `name{…} VALUE`).
+fn metric(metrics: &str, name: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+/// Over its target, msfs gives memory back rather than growing or failing: a RAM cache whose
+/// floor (two lines of 32 MiB) fills the whole 64 MiB target (`process_memory_limit`) puts the
+/// process over it as soon as a read fills both lines. The watcher stops read-ahead and the
+/// cache gives lines back (`msfs_memory_shed_bytes_total`), then the inode shares halve and
+/// new fetches and commits wait; a file larger than the cgroup's limit is read twice, exactly,
+/// and a file written meanwhile reaches the store, in a cgroup the process is not OOM-killed
+/// in. Without the pressure stages (the code before them) nothing is given back and the shed
+/// counter does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_its_target_msfs_gives_cache_lines_back_and_loses_no_byte() {
+    let Some(&version) = MemoryCgroup::available().first() else {
+        eprintln!("SKIP: no cgroup memory controller on this machine");
+        return;
+    };
+    let garage = Garage::start();
+    garage.create_bucket("pressed");
+    let size = 256 * MIB as usize;
+    let body = pattern(size, 61);
+    garage.put_object("pressed", "file", body.clone()).await;
+    let limit = 192 * MIB;
+    let cgroup = MemoryCgroup::create(version, "msfs-pressed", limit);
+    let port = common::free_port();
+    let top = format!(
+        "endpoint: http://127.0.0.1:{port}\nprocess_memory_limit: {}\ncache_storage: ram\n\
+         cache_line_size: {}\ncache_lines: 16\ncache_lines_to_prefetch: 4\n",
+        64 * MIB,
+        32 * MIB
+    );
+    let backend = s3_backend_yaml("data", "pressed", "", &garage) + "    readonly: false\n";
+    let config = config_yaml_with(&top, &[backend]);
+    let mut mount =
+        MsfsMount::start_in_cgroup(&config, "yaml", &[], Some(&cgroup.procs())).expect("mount");
+    let anon = cgroup.sample_anon();
+    let written = pattern(24 * MIB as usize, 62);
+    let writer = {
+        let (path, written) = (mount.path().join("data/written"), written.clone());
+        std::thread::spawn(move || std::fs::write(path, written).expect("write under pressure"))
+    };
+    let path = mount.path().join("data/file");
+    for pass in 1..=2 {
+        let read = read_direct(&path);
+        assert!(
+            read.len() == body.len() && read == body,
+            "pass {pass}: {} bytes read of {}, or different bytes",
+            read.len(),
+            body.len()
+        );
+    }
+    writer.join().expect("writer");
+    common::wait_until(
+        "the written file is in the store",
+        Duration::from_secs(120),
+        async || garage.try_get_object("pressed", "written").await.as_deref() == Some(&written[..]),
+    )
+    .await;
+    let anon = anon.peak();
+    let rss = peak_rss(mount.pid());
+    let metrics = common::http_get(port, "/metrics")
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    assert!(
+        mount.try_exit_status().is_none(),
+        "msfs exited:\n{}",
+        mount.stderr_text()
+    );
+    assert_eq!(cgroup.oom_kills(), 0, "the OOM killer fired");
+    let over = metric(&metrics, "msfs_memory_over_target_total");
+    assert!(
+        over.is_some_and(|n| n >= 1),
+        "the cache's lines put msfs over its target: {over:?}\n{metrics}"
+    );
+    let shed = metric(&metrics, "msfs_memory_shed_bytes_total");
+    assert!(
+        shed.is_some_and(|b| b >= 32 * MIB),
+        "the RAM cache gave lines back: {shed:?}"
+    );
+    let log = mount.stdout_text() + &mount.stderr_text();
+    assert!(
+        log.contains("over the memory target: no read-ahead, the RAM cache gives back lines"),
+        "the first stage is logged:\n{log}"
+    );
+    eprintln!(
+        "MEASURED {} pressed: ram cache 2 x 32 MiB under a 64 MiB target, {} MiB read twice and \
+         24 MiB written: cgroup limit {} MiB, cgroup peak {} MiB (anonymous {} MiB), msfs peak \
+         RSS {} MiB; over the target {} times, {} MiB of lines given back, {} waits, \
+         prefetches {}",
+        label(version),
+        size as u64 / MIB,
+        limit / MIB,
+        cgroup.peak() / MIB,
+        anon / MIB,
+        rss / MIB,
+        over.unwrap_or(0),
+        shed.unwrap_or(0) / MIB,
+        metric(&metrics, "msfs_memory_waits_total").unwrap_or(0),
+        metric(&metrics, "msfs_cache_prefetches_total").unwrap_or(0),
+    );
+    mount.stop_with_umount();
+}
+
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -319,6 +429,12 @@ async fn a_csi_plugin_with_many_volumes_listing_large_directories_stays_in_its_c
             .to_string()
     };
     let target_bytes = gauge("msfs_memory_target_bytes");
+    let pressed = format!(
+        "over the target {} times, {} MiB of cache lines given back, {} waits",
+        metric(&metrics, "msfs_memory_over_target_total").unwrap_or(0),
+        metric(&metrics, "msfs_memory_shed_bytes_total").unwrap_or(0) / MIB,
+        metric(&metrics, "msfs_memory_waits_total").unwrap_or(0),
+    );
     let share = gauge("msfs_memory_inode_limit_per_mount");
     assert_eq!(cgroup.oom_kills(), 0, "the OOM killer fired");
     assert_eq!(
@@ -335,7 +451,7 @@ async fn a_csi_plugin_with_many_volumes_listing_large_directories_stays_in_its_c
         "MEASURED {} csi {volumes} volumes x {entries} entries listed with stat, 1 writer \
          ({WRITTEN} x 4 MiB), 1 reader (4 x 32 MiB) in {:.1}s: cgroup limit {} MiB, target {} \
          MiB, per-volume inode limit {share}, anonymous {} MiB idle and {} MiB once published, cgroup peak {} \
-         MiB (anonymous {} MiB), plugin peak RSS {} MiB",
+         MiB (anonymous {} MiB), plugin peak RSS {} MiB; {pressed}",
         label(version),
         elapsed.as_secs_f64(),
         limit / MIB,

@@ -11,6 +11,45 @@ pub const WARM_IOCTL: u32 = (3 << 30) | ((PAYLOAD as u32) << 16) | ((b'm' as u32
 /// Bytes copied each way.
 pub const PAYLOAD: usize = 32;
 
+/// `_IOR('m', 2, 32 bytes)`: the shared cache's counts (a [`SharedCacheReport`]), for the
+/// summary's line about it. A mount without a shared cache answers `ENOTTY`, as an older one.
+pub const SHARED_CACHE_IOCTL: u32 = (2 << 30) | ((PAYLOAD as u32) << 16) | ((b'm' as u32) << 8) | 2;
+
+/// The process's shared-cache counts, in lines, since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SharedCacheReport {
+    pub hits: u64,
+    pub misses: u64,
+    pub fills: u64,
+    pub fill_drops: u64,
+}
+
+impl SharedCacheReport {
+    pub fn encode(&self) -> [u8; PAYLOAD] {
+        words([self.hits, self.misses, self.fills, self.fill_drops])
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<SharedCacheReport> {
+        let [hits, misses, fills, fill_drops] = unwords(bytes)?;
+        Some(SharedCacheReport {
+            hits,
+            misses,
+            fills,
+            fill_drops,
+        })
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &SharedCacheReport) -> SharedCacheReport {
+        SharedCacheReport {
+            hits: self.hits.saturating_sub(earlier.hits),
+            misses: self.misses.saturating_sub(earlier.misses),
+            fills: self.fills.saturating_sub(earlier.fills),
+            fill_drops: self.fill_drops.saturating_sub(earlier.fill_drops),
+        }
+    }
+}
+
 /// What the caller asks: warm `len` bytes of the open file from `offset` (`len` 0 only reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WarmRequest {
@@ -86,6 +125,8 @@ mod tests {
     fn the_command_number_is_linux_iowr_of_32_bytes() {
         // _IOWR('m', 1, char[32]) as the C headers compute it.
         assert_eq!(WARM_IOCTL, 0xc020_6d01);
+        // _IOR('m', 2, char[32]).
+        assert_eq!(SHARED_CACHE_IOCTL, 0x8020_6d02);
     }
 
     #[test]

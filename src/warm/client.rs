@@ -15,7 +15,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::abi::{PAYLOAD, WARM_IOCTL, WarmReport, WarmRequest};
+use super::abi::{
+    PAYLOAD, SHARED_CACHE_IOCTL, SharedCacheReport, WARM_IOCTL, WarmReport, WarmRequest,
+};
 
 /// Bytes warmed per ioctl: small enough that a cancellation or a progress line waits little,
 /// big enough that the request itself costs nothing beside the fetch.
@@ -40,6 +42,9 @@ pub struct Summary {
     /// Files that could not be warmed, with why.
     pub failed: Vec<(PathBuf, String)>,
     pub cancelled: bool,
+    /// With a shared cache: what the mount's process did with it while warming (its counts
+    /// are process-wide, so other readers of the node show too), fills finished included.
+    pub shared_cache: Option<SharedCacheReport>,
 }
 
 impl std::fmt::Display for Summary {
@@ -71,6 +76,14 @@ impl std::fmt::Display for Summary {
         if !self.failed.is_empty() {
             write!(f, "; {} failed", self.failed.len())?;
         }
+        if let Some(shared) = &self.shared_cache {
+            write!(
+                f,
+                "\nshared cache: {} line(s) read from it, {} from the origin; {} filled for the \
+                 other nodes, {} dropped",
+                shared.hits, shared.misses, shared.fills, shared.fill_drops
+            )?;
+        }
         Ok(())
     }
 }
@@ -90,8 +103,9 @@ pub fn run(options: &Options) -> Result<Summary, String> {
         return Ok(Summary::default());
     };
     let total: u64 = files.iter().map(|(_, size)| size).sum();
-    let cache = ask(&File::open(first).map_err(|e| describe(first, &e))?, 0, 0)
-        .map_err(|e| describe(first, &e))?;
+    let first_file = File::open(first).map_err(|e| describe(first, &e))?;
+    let cache = ask(&first_file, 0, 0).map_err(|e| describe(first, &e))?;
+    let shared_before = shared_cache_report(&first_file);
     if total > cache.capacity {
         return Err(format!(
             "{} in {} files would not fit in the cache ({} = cache_line_size × cache_lines): \
@@ -139,6 +153,7 @@ pub fn run(options: &Options) -> Result<Summary, String> {
     if show {
         eprint!("\r\x1b[K");
     }
+    let shared_cache = shared_before.map(|before| fills_settled(&first_file).since(&before));
     Ok(Summary {
         files: progress.files.load(Ordering::SeqCst),
         bytes: progress.bytes.load(Ordering::SeqCst),
@@ -146,7 +161,48 @@ pub fn run(options: &Options) -> Result<Summary, String> {
         elapsed: started.elapsed(),
         failed: failed.into_inner().unwrap_or_else(|e| e.into_inner()),
         cancelled: CANCELLED.load(Ordering::SeqCst),
+        shared_cache,
     })
+}
+
+/// How long the summary waits for the background fills of what was warmed to finish.
+const FILLS_SETTLE_LIMIT: Duration = Duration::from_secs(60);
+const FILLS_SETTLE_QUIET: Duration = Duration::from_secs(1);
+
+/// The shared cache's counts once its fills have stopped moving for a second (or a minute has
+/// passed, or Ctrl-C): "warmed" then means the other nodes can read it.
+fn fills_settled(file: &File) -> SharedCacheReport {
+    let started = Instant::now();
+    let mut last = shared_cache_report(file).unwrap_or_default();
+    let mut quiet_since = Instant::now();
+    while started.elapsed() < FILLS_SETTLE_LIMIT && !CANCELLED.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = shared_cache_report(file).unwrap_or(last);
+        if (now.fills, now.fill_drops) != (last.fills, last.fill_drops) {
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= FILLS_SETTLE_QUIET {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// The shared cache's counts of `file`'s mount; `None` when it has no shared cache.
+fn shared_cache_report(file: &File) -> Option<SharedCacheReport> {
+    let mut payload = [0u8; PAYLOAD];
+    // SAFETY: the command encodes a 32-byte argument the kernel writes, and `payload` is 32
+    // bytes that live across the call.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            SHARED_CACHE_IOCTL as libc::Ioctl,
+            payload.as_mut_ptr(),
+        )
+    };
+    (rc == 0)
+        .then(|| SharedCacheReport::decode(&payload))
+        .flatten()
 }
 
 fn next(queue: &Mutex<VecDeque<(PathBuf, u64)>>) -> Option<(PathBuf, u64)> {

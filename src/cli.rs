@@ -280,7 +280,7 @@ pub enum SharedCacheCommand {
         /// Bytes the shared lines may take after the trim.
         #[arg(long)]
         max_bytes: u64,
-        /// Print what would be deleted, delete nothing.
+        /// Print how many lines and bytes there are and how far over --max-bytes, delete nothing.
         #[arg(long)]
         dry_run: bool,
     },

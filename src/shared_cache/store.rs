@@ -65,13 +65,13 @@ impl SharedCachedStore {
         if found.is_some() {
             self.shared.metrics.misses(ids.len() as u64);
         }
-        self.from_origin(key, range, etag, &ids, &missing, sink)
+        self.read_origin(key, range, etag, &ids, &missing, sink)
             .await
     }
 
     /// Reads `range` from the origin to `sink`, keeping a copy of lines `missing` (indexes into
     /// `ids`) for the shared cache when the fill buffer has room for them.
-    async fn from_origin(
+    async fn read_origin(
         &self,
         key: &str,
         range: Range<u64>,

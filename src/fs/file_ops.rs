@@ -315,6 +315,9 @@ impl Fs {
             misses: get(&counts.misses),
             fills: get(&counts.fills),
             fill_drops: get(&counts.fill_drops),
+            pending: get(&counts.pending),
+            verification_failures: get(&counts.verification_failures),
+            fallbacks: get(&counts.fallbacks),
         })
     }
 

@@ -59,9 +59,11 @@ impl Filler {
     ) {
         let workers = Arc::clone(&self.workers);
         let metrics = Arc::clone(&self.metrics);
+        metrics.fill_queued(lines.len() as u64);
         tokio::spawn(async move {
             let _room = room;
             let Ok(_worker) = workers.acquire_owned().await else {
+                metrics.fill_dropped(lines.len() as u64, "error");
                 return;
             };
             for (id, payload) in lines {

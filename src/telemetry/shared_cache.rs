@@ -41,6 +41,8 @@ pub struct SharedCacheCounts {
     pub fallbacks: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
+    /// Lines copied for a fill and not yet written or dropped.
+    pub pending: AtomicU64,
 }
 
 pub struct SharedCacheMetrics {
@@ -129,7 +131,14 @@ impl SharedCacheMetrics {
         self.misses.add(lines, &[]);
     }
 
+    /// `lines` copied for a fill; each then ends as [`Self::filled`] or [`Self::fill_dropped`].
+    pub fn fill_queued(&self, lines: u64) {
+        self.counts.pending.fetch_add(lines, Relaxed);
+    }
+
+    /// A queued line written.
     pub fn filled(&self, bytes: u64) {
+        self.counts.pending.fetch_sub(1, Relaxed);
         self.counts.fills.fetch_add(1, Relaxed);
         self.counts.bytes_written.fetch_add(bytes, Relaxed);
         self.fills.add(1, &[]);
@@ -137,8 +146,11 @@ impl SharedCacheMetrics {
             .add(bytes, &[KeyValue::new("direction", "written")]);
     }
 
-    /// `lines` not filled for `reason` (`memory` or `error`).
+    /// `lines` not filled for `reason`: `memory` (never queued) or `error` (a queued line).
     pub fn fill_dropped(&self, lines: u64, reason: &'static str) {
+        if reason == "error" {
+            self.counts.pending.fetch_sub(lines, Relaxed);
+        }
         self.counts.fill_drops.fetch_add(lines, Relaxed);
         self.fill_drops
             .add(lines, &[KeyValue::new("reason", reason)]);

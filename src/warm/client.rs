@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::abi::{
-    PAYLOAD, SHARED_CACHE_IOCTL, SharedCacheReport, WARM_IOCTL, WarmReport, WarmRequest,
+    PAYLOAD, SHARED_CACHE_IOCTL, SHARED_CACHE_PAYLOAD, SharedCacheReport, WARM_IOCTL, WarmReport,
+    WarmRequest,
 };
 
 /// Bytes warmed per ioctl: small enough that a cancellation or a progress line waits little,
@@ -83,6 +84,12 @@ impl std::fmt::Display for Summary {
                  other nodes, {} dropped",
                 shared.hits, shared.misses, shared.fills, shared.fill_drops
             )?;
+            if shared.pending > 0 {
+                write!(f, ", {} still being filled", shared.pending)?;
+            }
+            if shared.fallbacks > 0 {
+                write!(f, "; {} read(s) fell back to the origin", shared.fallbacks)?;
+            }
         }
         Ok(())
     }
@@ -165,33 +172,29 @@ pub fn run(options: &Options) -> Result<Summary, String> {
     })
 }
 
-/// How long the summary waits for the background fills of what was warmed to finish.
-const FILLS_SETTLE_LIMIT: Duration = Duration::from_secs(60);
-const FILLS_SETTLE_QUIET: Duration = Duration::from_secs(1);
+/// How long the summary waits at most for the background fills of what was warmed.
+const FILLS_WAIT_LIMIT: Duration = Duration::from_secs(120);
 
-/// The shared cache's counts once its fills have stopped moving for a second (or a minute has
-/// passed, or Ctrl-C): "warmed" then means the other nodes can read it.
+/// The shared cache's counts once no fill is pending (or two minutes have passed, or Ctrl-C):
+/// "warmed" then means the other nodes can read it.
 fn fills_settled(file: &File) -> SharedCacheReport {
     let started = Instant::now();
-    let mut last = shared_cache_report(file).unwrap_or_default();
-    let mut quiet_since = Instant::now();
-    while started.elapsed() < FILLS_SETTLE_LIMIT && !CANCELLED.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = shared_cache_report(file).unwrap_or(last);
-        if (now.fills, now.fill_drops) != (last.fills, last.fill_drops) {
-            quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= FILLS_SETTLE_QUIET {
+    loop {
+        let now = shared_cache_report(file).unwrap_or_default();
+        if now.pending == 0
+            || started.elapsed() >= FILLS_WAIT_LIMIT
+            || CANCELLED.load(Ordering::SeqCst)
+        {
             return now;
         }
-        last = now;
+        std::thread::sleep(Duration::from_millis(100));
     }
-    last
 }
 
 /// The shared cache's counts of `file`'s mount; `None` when it has no shared cache.
 fn shared_cache_report(file: &File) -> Option<SharedCacheReport> {
-    let mut payload = [0u8; PAYLOAD];
-    // SAFETY: the command encodes a 32-byte argument the kernel writes, and `payload` is 32
+    let mut payload = [0u8; SHARED_CACHE_PAYLOAD];
+    // SAFETY: the command encodes a 64-byte argument the kernel writes, and `payload` is 64
     // bytes that live across the call.
     let rc = unsafe {
         libc::ioctl(

@@ -17,6 +17,8 @@ mod breaker;
 mod fill;
 mod object;
 mod store;
+#[cfg(test)]
+mod tests;
 mod trim;
 
 pub use trim::{TrimReport, trim};

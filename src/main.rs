@@ -84,6 +84,15 @@ fn check_config(config: Option<PathBuf>) -> Result<(), String> {
             }
         );
     }
+    if let Some(shared) = &config.shared_cache {
+        println!(
+            "shared cache: {}/{} at {} (reads wait {} ms for it)",
+            shared.bucket,
+            shared.prefix,
+            shared.s3.endpoint.as_deref().unwrap_or("AWS"),
+            shared.read_timeout.as_millis()
+        );
+    }
     Ok(())
 }
 

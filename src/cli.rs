@@ -125,6 +125,9 @@ pub enum Command {
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
         jobs: u32,
     },
+    /// Manage the bucket of the configuration's `shared_cache` section.
+    #[command(subcommand)]
+    SharedCache(SharedCacheCommand),
     /// Keep mounts' /dev/fuse descriptors open across restarts of the process serving them, so
     /// that their FUSE connections survive it. Stops on SIGTERM or SIGINT only once it holds
     /// no descriptor.
@@ -264,4 +267,21 @@ pub struct MountHelper {
     /// Verbose; ignored.
     #[arg(short = 'v')]
     pub verbose: bool,
+}
+
+#[derive(Subcommand)]
+pub enum SharedCacheCommand {
+    /// Delete the oldest shared lines (by last write) until those left under the shared
+    /// cache's prefix take at most --max-bytes. Safe while nodes read and fill it: a deleted
+    /// line is a miss, filled again at its next read.
+    Trim {
+        /// Configuration file with a `shared_cache` section; same search path as `mount`.
+        config: Option<PathBuf>,
+        /// Bytes the shared lines may take after the trim.
+        #[arg(long)]
+        max_bytes: u64,
+        /// Print how many lines and bytes there are and how far over --max-bytes, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }

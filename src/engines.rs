@@ -12,6 +12,7 @@ use crate::config::CacheStorage;
 use crate::config::Config;
 use crate::manifest::registry::Manifests;
 use crate::memory::Memory;
+use crate::shared_cache::SharedCache;
 use crate::store::RetryBudget;
 use crate::telemetry::{CacheStatsSource, MemoryStats, MemoryStatsSource, Metrics, TelemetryError};
 use crate::write::{WriteConfig, WriteEngine, WriteError};
@@ -33,6 +34,8 @@ pub struct Engines {
     /// The process's memory target, as divided among the engines, and the inode pool every
     /// mount joins (`crate::memory`).
     pub memory: Arc<Memory>,
+    /// The `shared_cache` tier every S3 backend's reads go through, when configured.
+    pub shared_cache: Option<Arc<SharedCache>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +68,10 @@ impl Engines {
             None => Metrics::new(),
         };
         metrics.observe_cache(cache.clone());
+        let shared_cache = config
+            .shared_cache
+            .as_ref()
+            .map(|shared| SharedCache::new(shared, config.cache.line_size, &metrics));
         let reader: Arc<dyn ObjectReader> = cache.clone();
         let writes = WriteEngine::new(
             WriteConfig {
@@ -91,6 +98,7 @@ impl Engines {
             manifests: Manifests::new(),
             retry_budget: Arc::default(),
             memory,
+            shared_cache,
         })
     }
 
@@ -132,6 +140,7 @@ impl Engines {
             manifests: Manifests::new(),
             retry_budget: Arc::default(),
             memory: Arc::new(Memory::unbounded()),
+            shared_cache: None,
         })
     }
 }

@@ -24,6 +24,7 @@ pub mod manifest;
 pub mod memory;
 pub mod private_dir;
 pub mod residency;
+pub mod shared_cache;
 pub mod store;
 pub mod telemetry;
 pub mod warm;

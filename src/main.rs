@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use msfs::cli::{Cli, Command, CsiArgs, GenerateManifestArgs, LogFormat};
+use msfs::cli::{Cli, Command, CsiArgs, GenerateManifestArgs, LogFormat, SharedCacheCommand};
 use msfs::{config, daemon};
 
 fn init_logging(format: LogFormat) {
@@ -84,6 +84,15 @@ fn check_config(config: Option<PathBuf>) -> Result<(), String> {
             }
         );
     }
+    if let Some(shared) = &config.shared_cache {
+        println!(
+            "shared cache: {}/{} at {} (reads wait {} ms for it)",
+            shared.bucket,
+            shared.prefix,
+            shared.s3.endpoint.as_deref().unwrap_or("AWS"),
+            shared.read_timeout.as_millis()
+        );
+    }
     Ok(())
 }
 
@@ -131,6 +140,41 @@ fn abort_uploads(
                 );
             }
             println!("{}: {} upload(s) {verb}", backend.dir_name, uploads.len());
+        }
+        Ok(())
+    })
+}
+
+fn trim_shared_cache(config: Option<PathBuf>, max_bytes: u64, dry_run: bool) -> Result<(), String> {
+    let config = load_config(config)?;
+    let Some(shared) = &config.shared_cache else {
+        return Err(format!(
+            "{}: no shared_cache section: nothing to trim",
+            config.source.display()
+        ));
+    };
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let fail = |e: msfs::store::StoreError| format!("shared_cache (bucket {}): {e}", shared.bucket);
+        let store = msfs::shared_cache::open(shared, &Default::default())
+            .await
+            .map_err(fail)?;
+        // A dry run trims to "everything": it lists, counts and deletes nothing.
+        let limit = if dry_run { u64::MAX } else { max_bytes };
+        let report = msfs::shared_cache::trim(&store, &shared.prefix, limit)
+            .await
+            .map_err(fail)?;
+        let over = report.bytes.saturating_sub(max_bytes);
+        if dry_run {
+            println!(
+                "shared cache: {} line(s), {} bytes; {over} bytes over --max-bytes (dry run: nothing deleted)",
+                report.objects, report.bytes
+            );
+        } else {
+            println!(
+                "shared cache: {} line(s), {} bytes; deleted {} line(s), {} bytes (oldest first)",
+                report.objects, report.bytes, report.deleted_objects, report.deleted_bytes
+            );
         }
         Ok(())
     })
@@ -282,6 +326,11 @@ fn main() -> ExitCode {
                 recursive,
                 jobs: jobs as usize,
             }),
+            Some(Command::SharedCache(SharedCacheCommand::Trim {
+                config,
+                max_bytes,
+                dry_run,
+            })) => trim_shared_cache(config, max_bytes, dry_run),
             Some(Command::FdHolder {
                 socket,
                 exit_when_empty,

@@ -536,7 +536,7 @@ fn parse_retry(
     })
 }
 
-fn parse_s3(
+pub(super) fn parse_s3(
     raw: raw::S3,
     s: &Place<'_>,
     warnings: &mut Vec<String>,

@@ -112,3 +112,10 @@ pub(super) const MIN_CACHE_LINES: u64 = 16;
 pub(super) const MAX_SINGLE_PUT_BYTES: u64 = 5 << 30;
 /// A flat-directory hint fans out into `chars^depth` listers; beyond this it is a typo.
 pub(super) const MAX_FLAT_DIR_FANOUT: u64 = 65_536;
+
+// `shared_cache`.
+/// Well under an origin's first byte across regions (tens to hundreds of ms), well over a
+/// store in the same rack or zone (a few ms).
+pub(super) const SHARED_CACHE_READ_TIMEOUT_MS: u64 = 200;
+pub(super) const SHARED_CACHE_FILL_WORKERS: usize = 4;
+pub(super) const SHARED_CACHE_FILL_BUFFER_LIMIT_BYTES: u64 = 64 << 20;

@@ -22,6 +22,7 @@ mod raw;
 mod reader;
 mod scalar;
 mod secret;
+mod shared_cache;
 mod telemetry;
 mod types;
 mod v1;
@@ -44,7 +45,7 @@ pub use types::{
     AIStoreOptions, AttributeProvider, AttributeSource, AwsProfile, BackendConfig, BackendKind,
     CacheConfig, CacheStorage, Config, FlatDirHint, ManifestConfig, MetricsReaderConfig,
     OtlpExporterConfig, PseudoConfig, PseudoLatencies, RamConfig, RetryConfig, S3Config,
-    S3Credentials, S3Flavor, TelemetryConfig,
+    S3Credentials, S3Flavor, SharedCacheConfig, TelemetryConfig,
 };
 
 use expand::expand_tree;

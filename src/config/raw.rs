@@ -58,6 +58,19 @@ pub(super) struct V1 {
     pub endpoint: Option<Text>,
     pub opentelemetry: Option<Section<OpenTelemetry>>,
     pub backends: Option<Vec<Section<Backend>>>,
+    pub shared_cache: Option<Section<SharedCache>>,
+}
+
+/// The `shared_cache` section: where the cluster's shared lines live.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct SharedCache {
+    pub bucket_container_name: Option<Text>,
+    pub prefix: Option<Text>,
+    #[serde(rename = "S3")]
+    pub s3: Option<Section<S3>>,
+    pub read_timeout_ms: Option<Whole<u64>>,
+    pub fill_workers: Option<Whole<usize>>,
+    pub fill_buffer_limit_bytes: Option<Whole<u64>>,
 }
 
 /// One `backends[i]` entry; the sub-section of its `backend_type` holds the store's keys.

@@ -75,6 +75,8 @@ pub struct Config {
     /// The `opentelemetry` section, when it configures metrics.
     pub telemetry: Option<TelemetryConfig>,
     pub backends: Vec<BackendConfig>,
+    /// The `shared_cache` section: a second cache tier in a bucket every node shares (ours).
+    pub shared_cache: Option<SharedCacheConfig>,
     /// The whole mount read-only (`msfs mount --read-only`, `mount.msfs -o ro`): the kernel
     /// mount and every backend, also those a reload adds. Not a key of the file.
     pub read_only: bool,
@@ -361,4 +363,21 @@ pub struct OtlpExporterConfig {
     pub endpoint: String,
     /// Plain HTTP instead of TLS.
     pub insecure: bool,
+}
+
+/// The `shared_cache` section: a bucket of an S3-compatible store near the nodes that holds
+/// lines of origin objects for every node (see `crate::shared_cache`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedCacheConfig {
+    pub bucket: String,
+    /// Key prefix of every shared line (empty or ending in `/`).
+    pub prefix: String,
+    pub s3: S3Config,
+    /// How long a read waits for the shared cache before it goes to the origin.
+    pub read_timeout: std::time::Duration,
+    /// Fills (PUTs of lines read from the origin) running at once.
+    pub fill_workers: usize,
+    /// Bytes of lines waiting to be filled or being filled, process-wide; a line past it is
+    /// dropped (counted), never waited for.
+    pub fill_buffer_limit_bytes: u64,
 }

@@ -13,6 +13,7 @@ use super::error::ConfigError;
 use super::raw;
 use super::reader::{Place, Section, WITHOUT_EFFECT, index_path, read};
 use super::scalar::{OptScalar, Whole};
+use super::shared_cache::parse_shared_cache;
 
 /// The smallest `evictable_inode_limit` accepted.
 const MIN_EVICTABLE_INODE_LIMIT: u64 = 4096;
@@ -98,6 +99,7 @@ pub(super) fn config_defaults(source: &Path, ids: Ids) -> Config {
         metrics_endpoint: None,
         telemetry: None,
         backends: Vec::new(),
+        shared_cache: None,
         read_only: false,
         no_exec: false,
     }
@@ -243,6 +245,15 @@ pub(super) fn parse_v1(
     }
 
     c.backends = parse_backends(s, raw.backends.take().unwrap_or_default(), ids, warnings)?;
+    if let Some(Section(shared)) = raw.shared_cache.take() {
+        c.shared_cache = Some(parse_shared_cache(
+            shared,
+            &s.child("shared_cache"),
+            &c.backends,
+            c.cache.line_size,
+            warnings,
+        )?);
+    }
     if c.backends.is_empty() {
         warnings.push(s.warning(
             "backends",

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::config::{BackendConfig, Config};
+use crate::config::{BackendConfig, BackendKind, Config};
 use crate::engines::Engines;
 use crate::fs::{Backend, BackendSettings, Fs, FsOptions};
 use crate::store::{InstrumentedStore, ListRequest, ObjectStore, StoreError, open_store};
@@ -289,6 +289,11 @@ pub(crate) async fn open_store_checked(
         engines.metrics.clone(),
         config.trace_level,
     );
+    // Below the instrumentation's view: the backend's metrics count origin requests only.
+    let store = match (&engines.shared_cache, &config.kind) {
+        (Some(shared), BackendKind::S3(_)) => shared.wrap(store),
+        _ => store,
+    };
     store
         .list(&ListRequest::delimited(&config.prefix).max_keys(Some(1)))
         .await

@@ -17,7 +17,7 @@ use super::{
     pending_kind,
 };
 use crate::cache::ObjectVersion;
-use crate::warm::abi::WarmReport;
+use crate::warm::abi::{SharedCacheReport, WarmReport};
 use crate::write::{DirtyFile, Target};
 
 impl Fs {
@@ -310,6 +310,21 @@ impl Fs {
             cached_before,
             capacity: cache.capacity_bytes(),
             line_size: cache.line_size(),
+        })
+    }
+
+    /// The shared cache's counts for `msfs warm`'s summary; `None` without a shared cache.
+    pub fn shared_cache_report(&self) -> Option<SharedCacheReport> {
+        let counts = &self.engines.shared_cache.as_ref()?.metrics().counts;
+        let get = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+        Some(SharedCacheReport {
+            hits: get(&counts.hits),
+            misses: get(&counts.misses),
+            fills: get(&counts.fills),
+            fill_drops: get(&counts.fill_drops),
+            pending: get(&counts.pending),
+            verification_failures: get(&counts.verification_failures),
+            fallbacks: get(&counts.fallbacks),
         })
     }
 

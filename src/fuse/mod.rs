@@ -33,7 +33,7 @@ use fuser::{
 };
 use tokio::runtime::Handle;
 
-use crate::warm::abi::{WARM_IOCTL, WarmRequest};
+use crate::warm::abi::{SHARED_CACHE_IOCTL, WARM_IOCTL, WarmRequest};
 
 use crate::fs::{
     Attr, BLOCK_SIZE, Creator, Fs, FsError, Kind, Listed, NameUse, OpenIo, OpenMode, Opened,
@@ -738,7 +738,7 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    /// `msfs warm` (`crate::warm`); every other command is not ours: ENOTTY, as for any file
+    /// `msfs warm` (`crate::warm`) and its shared-cache counts; every other command is not ours: ENOTTY, as for any file
     /// that knows no ioctls (fuser's default answered ENOSYS and logged a warning each time).
     fn ioctl(
         &self,
@@ -751,6 +751,13 @@ impl Filesystem for FuseAdapter {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        if cmd == SHARED_CACHE_IOCTL {
+            // Counters only: answered here, on the worker.
+            return match self.fs.shared_cache_report() {
+                Some(report) => reply.ioctl(0, &report.encode()),
+                None => reply.error(refused(&self.fs, "ioctl", ino, Errno::ENOTTY)),
+            };
+        }
         let request = match (cmd, WarmRequest::decode(in_data)) {
             (WARM_IOCTL, Some(request)) => request,
             (WARM_IOCTL, None) => {

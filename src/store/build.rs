@@ -45,6 +45,15 @@ pub async fn open_store(
     }
 }
 
+/// An S3 store for `bucket` that is not a backend (the shared cache's bucket).
+pub async fn open_s3_store(
+    bucket: &str,
+    s3: &S3Config,
+    retry_budget: &Arc<RetryBudget>,
+) -> Result<Arc<dyn ObjectStore>, StoreError> {
+    Ok(Arc::new(open_s3(bucket, s3, retry_budget.clone()).await?))
+}
+
 /// The S3 endpoint a flavour talks to (`None`: AWS's regional one). AIStore serves its S3 API
 /// under `/s3` of the cluster endpoint the config names; the SDK appends a path-style bucket to
 /// the endpoint's path as it is, so that path ends with a slash (`/s3/BUCKET`, not `/s3BUCKET`).

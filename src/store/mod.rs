@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use body::{BODY_CHUNK, BodySource, InMemory, gather};
-pub use build::open_store;
+pub use build::{open_s3_store, open_store};
 pub use error::{RetryKind, StoreError};
 pub use file::FileStore;
 pub use instrumented::InstrumentedStore;

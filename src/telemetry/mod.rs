@@ -36,6 +36,7 @@ pub mod names;
 mod otlp;
 mod otlp_http;
 pub mod prometheus;
+mod shared_cache;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,6 +49,7 @@ use opentelemetry_sdk::metrics::reader::MetricReader;
 
 pub use collectors::{CacheStats, CacheStatsSource, MemoryStats, MemoryStatsSource};
 pub use http::{MetricsServer, serve_metrics};
+pub use shared_cache::{Fallback, SharedCacheMetrics};
 
 use crate::config::TelemetryConfig;
 

@@ -91,6 +91,24 @@ pub const MEMORY_SHED: &str = "msfs.memory.shed";
 /// Times the process's anonymous memory went over its target.
 pub const MEMORY_OVER_TARGET: &str = "msfs.memory.over_target";
 
+// The shared cache tier (`crate::shared_cache`), counted in lines unless a unit says otherwise.
+pub const SHARED_CACHE_HITS: &str = "msfs.shared_cache.hits";
+pub const SHARED_CACHE_MISSES: &str = "msfs.shared_cache.misses";
+/// Lines written to the shared cache after an origin read.
+pub const SHARED_CACHE_FILLS: &str = "msfs.shared_cache.fills";
+/// Lines not written, by `reason`: `memory` (the fill buffer was full) or `error` (the PUT
+/// failed).
+pub const SHARED_CACHE_FILL_DROPS: &str = "msfs.shared_cache.fill_drops";
+/// Shared objects whose header or checksum did not match what was asked: served as misses.
+pub const SHARED_CACHE_VERIFICATION_FAILURES: &str = "msfs.shared_cache.verification_failures";
+/// Reads sent to the origin because of the shared cache, not a miss, by `reason`: `timeout`,
+/// `error`, `open` (the circuit breaker).
+pub const SHARED_CACHE_FALLBACKS: &str = "msfs.shared_cache.fallbacks";
+/// Unit `By`, by `direction`: `read` (served from the shared cache) or `written` (fills).
+pub const SHARED_CACHE_BYTES: &str = "msfs.shared_cache.bytes";
+/// Unit `s`: one read of the shared cache, all its lines, until served or given up.
+pub const SHARED_CACHE_LATENCY_SECONDS: &str = "msfs.shared_cache.latency";
+
 /// Seconds, for durations.
 pub const UNIT_SECONDS: &str = "s";
 /// Bytes.
@@ -146,6 +164,14 @@ pub const UNITS: &[(&str, &str)] = &[
     (MEMORY_OVER_TARGET, ""),
     (MEMORY_PRESSURE, ""),
     (MEMORY_SHED, UNIT_BYTES),
+    (SHARED_CACHE_HITS, ""),
+    (SHARED_CACHE_MISSES, ""),
+    (SHARED_CACHE_FILLS, ""),
+    (SHARED_CACHE_FILL_DROPS, ""),
+    (SHARED_CACHE_VERIFICATION_FAILURES, ""),
+    (SHARED_CACHE_FALLBACKS, ""),
+    (SHARED_CACHE_BYTES, UNIT_BYTES),
+    (SHARED_CACHE_LATENCY_SECONDS, UNIT_SECONDS),
 ];
 
 /// The unit `name` is recorded in (`""` when it has none or is unknown).

@@ -11,6 +11,81 @@ pub const WARM_IOCTL: u32 = (3 << 30) | ((PAYLOAD as u32) << 16) | ((b'm' as u32
 /// Bytes copied each way.
 pub const PAYLOAD: usize = 32;
 
+/// `_IOR('m', 2, 64 bytes)`: the shared cache's counts (a [`SharedCacheReport`]), for the
+/// summary's line about it. A mount without a shared cache answers `ENOTTY`, as an older one.
+pub const SHARED_CACHE_IOCTL: u32 =
+    (2 << 30) | ((SHARED_CACHE_PAYLOAD as u32) << 16) | ((b'm' as u32) << 8) | 2;
+
+/// Bytes the shared cache's counts take: eight little-endian `u64`s.
+pub const SHARED_CACHE_PAYLOAD: usize = 64;
+
+/// The process's shared-cache counts, in lines, since it started; `pending` is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SharedCacheReport {
+    pub hits: u64,
+    pub misses: u64,
+    pub fills: u64,
+    pub fill_drops: u64,
+    /// Lines waiting to be written or being written.
+    pub pending: u64,
+    pub verification_failures: u64,
+    pub fallbacks: u64,
+}
+
+impl SharedCacheReport {
+    pub fn encode(&self) -> [u8; SHARED_CACHE_PAYLOAD] {
+        let mut out = [0; SHARED_CACHE_PAYLOAD];
+        let values = [
+            self.hits,
+            self.misses,
+            self.fills,
+            self.fill_drops,
+            self.pending,
+            self.verification_failures,
+            self.fallbacks,
+            0,
+        ];
+        for (chunk, value) in out.chunks_exact_mut(8).zip(values) {
+            chunk.copy_from_slice(&value.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<SharedCacheReport> {
+        if bytes.len() != SHARED_CACHE_PAYLOAD {
+            return None;
+        }
+        let mut v = [0u64; 8];
+        for (value, chunk) in v.iter_mut().zip(bytes.chunks_exact(8)) {
+            *value = u64::from_le_bytes(chunk.try_into().ok()?);
+        }
+        Some(SharedCacheReport {
+            hits: v[0],
+            misses: v[1],
+            fills: v[2],
+            fill_drops: v[3],
+            pending: v[4],
+            verification_failures: v[5],
+            fallbacks: v[6],
+        })
+    }
+
+    /// What happened between `earlier` and `self` (`pending` as of `self`).
+    pub fn since(&self, earlier: &SharedCacheReport) -> SharedCacheReport {
+        SharedCacheReport {
+            hits: self.hits.saturating_sub(earlier.hits),
+            misses: self.misses.saturating_sub(earlier.misses),
+            fills: self.fills.saturating_sub(earlier.fills),
+            fill_drops: self.fill_drops.saturating_sub(earlier.fill_drops),
+            pending: self.pending,
+            verification_failures: self
+                .verification_failures
+                .saturating_sub(earlier.verification_failures),
+            fallbacks: self.fallbacks.saturating_sub(earlier.fallbacks),
+        }
+    }
+}
+
 /// What the caller asks: warm `len` bytes of the open file from `offset` (`len` 0 only reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WarmRequest {
@@ -86,6 +161,8 @@ mod tests {
     fn the_command_number_is_linux_iowr_of_32_bytes() {
         // _IOWR('m', 1, char[32]) as the C headers compute it.
         assert_eq!(WARM_IOCTL, 0xc020_6d01);
+        // _IOR('m', 2, char[64]).
+        assert_eq!(SHARED_CACHE_IOCTL, 0x8040_6d02);
     }
 
     #[test]
@@ -103,5 +180,16 @@ mod tests {
         };
         assert_eq!(WarmReport::decode(&report.encode()), Some(report));
         assert_eq!(WarmRequest::decode(&[0; 16]), None);
+        let shared = SharedCacheReport {
+            hits: 1,
+            misses: 2,
+            fills: 3,
+            fill_drops: 4,
+            pending: 5,
+            verification_failures: 6,
+            fallbacks: 7,
+        };
+        assert_eq!(SharedCacheReport::decode(&shared.encode()), Some(shared));
+        assert_eq!(SharedCacheReport::decode(&[0; 32]), None);
     }
 }

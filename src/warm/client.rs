@@ -15,7 +15,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::abi::{PAYLOAD, WARM_IOCTL, WarmReport, WarmRequest};
+use super::abi::{
+    PAYLOAD, SHARED_CACHE_IOCTL, SHARED_CACHE_PAYLOAD, SharedCacheReport, WARM_IOCTL, WarmReport,
+    WarmRequest,
+};
 
 /// Bytes warmed per ioctl: small enough that a cancellation or a progress line waits little,
 /// big enough that the request itself costs nothing beside the fetch.
@@ -40,6 +43,9 @@ pub struct Summary {
     /// Files that could not be warmed, with why.
     pub failed: Vec<(PathBuf, String)>,
     pub cancelled: bool,
+    /// With a shared cache: what the mount's process did with it while warming (its counts
+    /// are process-wide, so other readers of the node show too), fills finished included.
+    pub shared_cache: Option<SharedCacheReport>,
 }
 
 impl std::fmt::Display for Summary {
@@ -71,6 +77,20 @@ impl std::fmt::Display for Summary {
         if !self.failed.is_empty() {
             write!(f, "; {} failed", self.failed.len())?;
         }
+        if let Some(shared) = &self.shared_cache {
+            write!(
+                f,
+                "\nshared cache: {} line(s) read from it, {} from the origin; {} filled for the \
+                 other nodes, {} dropped",
+                shared.hits, shared.misses, shared.fills, shared.fill_drops
+            )?;
+            if shared.pending > 0 {
+                write!(f, ", {} still being filled", shared.pending)?;
+            }
+            if shared.fallbacks > 0 {
+                write!(f, "; {} read(s) fell back to the origin", shared.fallbacks)?;
+            }
+        }
         Ok(())
     }
 }
@@ -90,8 +110,9 @@ pub fn run(options: &Options) -> Result<Summary, String> {
         return Ok(Summary::default());
     };
     let total: u64 = files.iter().map(|(_, size)| size).sum();
-    let cache = ask(&File::open(first).map_err(|e| describe(first, &e))?, 0, 0)
-        .map_err(|e| describe(first, &e))?;
+    let first_file = File::open(first).map_err(|e| describe(first, &e))?;
+    let cache = ask(&first_file, 0, 0).map_err(|e| describe(first, &e))?;
+    let shared_before = shared_cache_report(&first_file);
     if total > cache.capacity {
         return Err(format!(
             "{} in {} files would not fit in the cache ({} = cache_line_size × cache_lines): \
@@ -139,6 +160,7 @@ pub fn run(options: &Options) -> Result<Summary, String> {
     if show {
         eprint!("\r\x1b[K");
     }
+    let shared_cache = shared_before.map(|before| fills_settled(&first_file).since(&before));
     Ok(Summary {
         files: progress.files.load(Ordering::SeqCst),
         bytes: progress.bytes.load(Ordering::SeqCst),
@@ -146,7 +168,44 @@ pub fn run(options: &Options) -> Result<Summary, String> {
         elapsed: started.elapsed(),
         failed: failed.into_inner().unwrap_or_else(|e| e.into_inner()),
         cancelled: CANCELLED.load(Ordering::SeqCst),
+        shared_cache,
     })
+}
+
+/// How long the summary waits at most for the background fills of what was warmed.
+const FILLS_WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// The shared cache's counts once no fill is pending (or two minutes have passed, or Ctrl-C):
+/// "warmed" then means the other nodes can read it.
+fn fills_settled(file: &File) -> SharedCacheReport {
+    let started = Instant::now();
+    loop {
+        let now = shared_cache_report(file).unwrap_or_default();
+        if now.pending == 0
+            || started.elapsed() >= FILLS_WAIT_LIMIT
+            || CANCELLED.load(Ordering::SeqCst)
+        {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The shared cache's counts of `file`'s mount; `None` when it has no shared cache.
+fn shared_cache_report(file: &File) -> Option<SharedCacheReport> {
+    let mut payload = [0u8; SHARED_CACHE_PAYLOAD];
+    // SAFETY: the command encodes a 64-byte argument the kernel writes, and `payload` is 64
+    // bytes that live across the call.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            SHARED_CACHE_IOCTL as libc::Ioctl,
+            payload.as_mut_ptr(),
+        )
+    };
+    (rc == 0)
+        .then(|| SharedCacheReport::decode(&payload))
+        .flatten()
 }
 
 fn next(queue: &Mutex<VecDeque<(PathBuf, u64)>>) -> Option<(PathBuf, u64)> {

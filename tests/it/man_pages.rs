@@ -1,5 +1,6 @@
 //! The man pages in `docs/man/` are rendered from the command-line definitions (`msfs::cli`):
-//! msfs(1), one msfs-SUBCOMMAND(1) per subcommand, and mount.msfs(8). This test renders them
+//! msfs(1), one msfs-SUBCOMMAND(1) per subcommand (and msfs-SUBCOMMAND-SUB(1) per nested one),
+//! and mount.msfs(8). This test renders them
 //! again and fails when a committed page differs from what the code says, or when a page is
 //! committed that the code no longer has. `MSFS_UPDATE_MAN=1` writes them instead.
 
@@ -33,6 +34,13 @@ fn pages() -> BTreeMap<String, Vec<u8>> {
         // names may live as long as the process.
         let name: &'static str = Box::leak(format!("msfs-{}", sub.get_name()).into_boxed_str());
         pages.insert(format!("{name}.1"), render(sub.clone().name(name), "1"));
+        // A subcommand's own subcommands (`msfs shared-cache trim`) get a page each too, the
+        // one its parent's page names.
+        for subsub in sub.get_subcommands().filter(|s| s.get_name() != "help") {
+            let name: &'static str =
+                Box::leak(format!("{name}-{}", subsub.get_name()).into_boxed_str());
+            pages.insert(format!("{name}.1"), render(subsub.clone().name(name), "1"));
+        }
     }
     pages.insert("msfs.1".into(), render(msfs, "1"));
     pages.insert(

@@ -140,6 +140,27 @@ Defaults: (256 + 1280) x 8 / 7 = 1756 MiB.
 -}}
 {{- $_ := set $config "opentelemetry" (dict "metrics" (dict "attributes" $attributes "reader" $reader "exporter" $exporter)) -}}
 {{- end }}
+{{- with $c.sharedCache }}
+{{- if .bucket }}
+{{- if lt (int64 .fillBufferLimitBytes) (int64 $c.cacheLineSize) -}}
+{{- fail (printf "nodeConfig.sharedCache.fillBufferLimitBytes (%d) must be at least nodeConfig.cacheLineSize (%d): no line would ever be filled" (int64 .fillBufferLimitBytes) (int64 $c.cacheLineSize)) -}}
+{{- end -}}
+{{- $s3 := dict -}}
+{{- with .endpoint }}{{ $_ := set $s3 "endpoint" . }}{{ end -}}
+{{- with .region }}{{ $_ := set $s3 "region" . }}{{ end -}}
+{{- if .secretName -}}
+{{- $_ := set $s3 "access_key_id" "${MSFS_SHARED_CACHE_ACCESS_KEY_ID}" -}}
+{{- $_ := set $s3 "secret_access_key" "${MSFS_SHARED_CACHE_SECRET_ACCESS_KEY}" -}}
+{{- end -}}
+{{- $_ := set $config "shared_cache" (dict
+  "bucket_container_name" .bucket
+  "prefix" .prefix
+  "read_timeout_ms" (int64 .readTimeoutMs)
+  "fill_workers" (int64 .fillWorkers)
+  "fill_buffer_limit_bytes" (int64 .fillBufferLimitBytes)
+  "S3" $s3) -}}
+{{- end }}
+{{- end }}
 {{- /* extra only adds keys: the ones set above win (values.schema.json refuses them in extra). */ -}}
 {{- $config = merge $config (deepCopy $c.extra) -}}
 {{- toYaml $config -}}

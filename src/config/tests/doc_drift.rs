@@ -89,6 +89,8 @@ fn parser_sections() -> BTreeMap<String, BTreeSet<String>> {
     add("v1.backends[].GCS", fields_of::<raw::Gcs>());
     add("v1.backends[].RAM", fields_of::<raw::Ram>());
     add("v1.backends[].PSEUDO", fields_of::<raw::Pseudo>());
+    add("v1.shared_cache", fields_of::<raw::SharedCache>());
+    add("v1.shared_cache.S3", fields_of::<raw::S3>());
     add("opentelemetry", fields_of::<raw::OpenTelemetry>());
     add("opentelemetry.metrics", fields_of::<raw::Metrics>());
     add(

@@ -12,6 +12,7 @@ mod env;
 mod files;
 mod msc;
 mod rejected;
+mod shared_cache;
 mod stores;
 mod v1;
 mod warnings;

@@ -212,6 +212,7 @@ fn full_v1_expected(source: &str) -> Config {
                 kind: BackendKind::File,
             },
         ],
+        shared_cache: None,
         read_only: false,
         no_exec: false,
     }

@@ -314,6 +314,8 @@ pub struct ProxyStats {
     pub stalls_mid_body: u64,
     pub truncations: u64,
     pub stalled_answers: u64,
+    /// GetObject requests read (forwarded or not): what an origin is billed for.
+    pub gets: u64,
 }
 
 impl ProxyStats {
@@ -470,6 +472,7 @@ impl FaultProxy {
             stalls_mid_body: get(&c.faults[4]),
             truncations: get(&c.faults[5]),
             stalled_answers: get(&c.faults[6]),
+            gets: get(&c.gets),
         }
     }
 
@@ -569,6 +572,7 @@ struct Counters {
     requests: AtomicU64,
     forwarded: AtomicU64,
     faults: [AtomicU64; 7],
+    gets: AtomicU64,
 }
 
 /// Clones of every open socket, so `down` and drop can shut them from outside.
@@ -831,6 +835,9 @@ impl Conn<'_> {
             )?;
             return Ok(Next::Close);
         };
+        if req.op == S3Op::GetObject {
+            self.shared.counters.gets.fetch_add(1, Ordering::SeqCst);
+        }
         let fault = self.shared.decide(&req);
         match fault {
             None => self.forward(&req, None),

@@ -266,6 +266,29 @@ impl Garage {
         }
     }
 
+    /// Imports another principal (`id`: `GK` and 24 hex digits; `secret`: 64 hex digits),
+    /// allowed to read `readable` buckets and nothing else.
+    pub fn import_reader(&self, name: &str, id: &str, secret: &str, readable: &[&str]) {
+        let mut result = self.cli(&["key", "import", "--yes", "-n", name, id, secret]);
+        for bucket in readable {
+            result =
+                result.and_then(|_| self.cli(&["bucket", "allow", "--read", bucket, "--key", id]));
+        }
+        if let Err(e) = result {
+            panic!(
+                "import key {name:?}: {e}\n--- garage log (tail) ---\n{}",
+                self.log_tail()
+            );
+        }
+    }
+
+    /// Takes read (and with it list) on `bucket` back from key `id`.
+    pub fn deny_read(&self, bucket: &str, id: &str) {
+        if let Err(e) = self.cli(&["bucket", "deny", "--read", bucket, "--key", id]) {
+            panic!("deny read on {bucket:?}: {e}");
+        }
+    }
+
     /// `http://127.0.0.1:PORT` of the S3 API.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.s3_port)

@@ -38,7 +38,49 @@ pub const EXPECTATIONS: &[(&str, Expectation)] = &[
     ("metrics-everywhere", service_monitor_and_otlp_endpoint),
     ("metrics-off", metrics_off_leaves_no_address_or_service),
     ("one-memory-value", memory_mib_sets_request_and_limit),
+    ("shared-cache", shared_cache_reaches_the_node_config_and_env),
 ];
+
+fn shared_cache_reaches_the_node_config_and_env(docs: &[Value], scenario: &str) {
+    let text = at(only(docs, "ConfigMap", scenario), "data")["config.yaml"]
+        .as_str()
+        .unwrap_or("");
+    let config: Value = serde_yaml_ng::from_str(text).expect("the node config is YAML");
+    let shared = at(&config, "shared_cache");
+    assert_eq!(
+        str_at(shared, "bucket_container_name"),
+        Some("msfs-shared"),
+        "{text}"
+    );
+    assert_eq!(str_at(shared, "prefix"), Some("lines/"), "{text}");
+    assert_eq!(at(shared, "read_timeout_ms").as_u64(), Some(150), "{text}");
+    assert_eq!(
+        str_at(shared, "S3.endpoint"),
+        Some("http://garage.cache.svc:3900"),
+        "{text}"
+    );
+    assert_eq!(str_at(shared, "S3.region"), Some("garage"), "{text}");
+    let pod = NodePod::in_docs(docs, scenario);
+    for (var, key) in [
+        ("MSFS_SHARED_CACHE_ACCESS_KEY_ID", "access_key_id"),
+        ("MSFS_SHARED_CACHE_SECRET_ACCESS_KEY", "secret_access_key"),
+    ] {
+        let env = pod
+            .plugin
+            .env(var)
+            .unwrap_or_else(|| panic!("nodeConfig.sharedCache.secretName: no {var}"));
+        assert_eq!(
+            str_at(env, "valueFrom.secretKeyRef.name"),
+            Some("shared-cache-keys")
+        );
+        assert_eq!(str_at(env, "valueFrom.secretKeyRef.key"), Some(key));
+        assert_eq!(
+            str_at(shared, &format!("S3.{key}")),
+            Some(format!("${{{var}}}").as_str()),
+            "the config names the variable, never the key"
+        );
+    }
+}
 
 fn pod_tokens_and_inline_volumes_by_default(docs: &[Value], scenario: &str) {
     let driver = only(docs, "CSIDriver", scenario);

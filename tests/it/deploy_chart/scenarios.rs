@@ -162,6 +162,17 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "shared-cache",
+        sets: &[
+            "nodeConfig.sharedCache.bucket=msfs-shared",
+            "nodeConfig.sharedCache.prefix=lines/",
+            "nodeConfig.sharedCache.endpoint=http://garage.cache.svc:3900",
+            "nodeConfig.sharedCache.region=garage",
+            "nodeConfig.sharedCache.secretName=shared-cache-keys",
+            "nodeConfig.sharedCache.readTimeoutMs=150",
+        ],
+    },
+    Scenario {
         name: "one-memory-value",
         sets: &["node.memoryMiB=1024", "nodeConfig.cacheStorage=ram"],
     },
@@ -238,6 +249,15 @@ pub const REFUSED_VALUES: &[(&[&str], &str)] = &[
         "cachePersistent",
     ),
     (&["nodeConfig.cacheRamLines=16"], "cacheRamLines"),
+    (
+        &[
+            "nodeConfig.sharedCache.bucket=b-shared",
+            "nodeConfig.sharedCache.fillBufferLimitBytes=1024",
+        ],
+        "fillBufferLimitBytes",
+    ),
+    (&["nodeConfig.sharedCache.prefix=lines"], "prefix"),
+    (&["nodeConfig.sharedCache.readTimeoutMs=0"], "readTimeoutMs"),
     (&["nodeConfig.cacheRamLines=-1"], "cacheRamLines"),
     (
         &["nodeConfig.extra.cache_persistent=true"],

@@ -196,7 +196,7 @@ async fn over_its_target_msfs_gives_cache_lines_back_and_loses_no_byte() {
     garage.put_object("pressed", "file", body.clone()).await;
     let limit = 192 * MIB;
     let cgroup = MemoryCgroup::create(version, "msfs-pressed", limit);
-    let port = common::free_port();
+    let port = crate::common::free_port();
     let top = format!(
         "endpoint: http://127.0.0.1:{port}\nprocess_memory_limit: {}\ncache_storage: ram\n\
          cache_line_size: {}\ncache_lines: 16\ncache_lines_to_prefetch: 4\n",
@@ -224,7 +224,7 @@ async fn over_its_target_msfs_gives_cache_lines_back_and_loses_no_byte() {
         );
     }
     writer.join().expect("writer");
-    common::wait_until(
+    crate::common::wait_until(
         "the written file is in the store",
         Duration::from_secs(120),
         async || garage.try_get_object("pressed", "written").await.as_deref() == Some(&written[..]),
@@ -232,7 +232,7 @@ async fn over_its_target_msfs_gives_cache_lines_back_and_loses_no_byte() {
     .await;
     let anon = anon.peak();
     let rss = peak_rss(mount.pid());
-    let metrics = common::http_get(port, "/metrics")
+    let metrics = crate::common::http_get(port, "/metrics")
         .map(|(_, body)| body)
         .unwrap_or_default();
     assert!(
